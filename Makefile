@@ -1,0 +1,17 @@
+# noisylab: `make lab` runs the real-clock article lab; `make test` runs every check.
+CARGO ?= cargo
+BIN := target/release/noisylab
+
+.PHONY: lab test build report bench calibrate fmt clippy
+
+build:
+	$(CARGO) build --release --locked
+
+# About seven minutes: 5 strategies x 3 runs on real timers.
+lab: build
+	$(BIN) run lab/article.toml
+
+test:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) test --locked --all-targets

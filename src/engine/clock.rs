@@ -1,0 +1,128 @@
+//! Clocks: the one part of the engine that differs between a real-clock run
+//! and a virtual one.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use super::Nanos;
+
+/// Where the engine reads the time and waits for the next event.
+pub trait Clock {
+    /// Lab time now.
+    fn now(&self) -> Nanos;
+    /// Return at lab time `t` or as soon after it as this clock can.
+    fn sleep_until(&mut self, t: Nanos) -> impl Future<Output = ()>;
+}
+
+/// A clock that jumps straight to the next event: runs are deterministic for
+/// a seed and keep every instant to the nanosecond (tokio's paused clock would
+/// round timers up to whole milliseconds).
+#[derive(Debug, Default)]
+pub struct VirtualClock {
+    now: Nanos,
+}
+
+impl VirtualClock {
+    pub fn new() -> VirtualClock {
+        VirtualClock { now: 0 }
+    }
+}
+
+impl Clock for VirtualClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        self.now
+    }
+
+    #[inline]
+    fn sleep_until(&mut self, t: Nanos) -> impl Future<Output = ()> {
+        self.now = self.now.max(t);
+        std::future::ready(())
+    }
+}
+
+/// How the real clock waits.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Timer {
+    /// tokio's timer to within [`PRECISE_MARGIN`], then spin to the instant.
+    #[default]
+    Precise,
+    /// tokio's timer alone: whole milliseconds, rounded up.
+    Tokio,
+}
+
+/// How early the precise timer's coarse tokio sleep ends. tokio rounds a
+/// deadline up to its next millisecond tick and epoll waits in whole
+/// milliseconds, so the coarse sleep may end up to about 2 ms after the
+/// instant it is asked for; asking for 2 ms early keeps it ahead.
+pub const PRECISE_MARGIN: Duration = Duration::from_millis(2);
+
+/// Wall-clock time from the moment the clock is made. Needs a tokio runtime
+/// with the time driver enabled.
+#[derive(Debug)]
+pub struct RealClock {
+    origin: Instant,
+    timer: Timer,
+}
+
+impl RealClock {
+    pub fn start(timer: Timer) -> RealClock {
+        tighten_timer_slack();
+        RealClock {
+            origin: Instant::now(),
+            timer,
+        }
+    }
+
+    pub fn timer(&self) -> Timer {
+        self.timer
+    }
+}
+
+impl Clock for RealClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        self.origin.elapsed().as_nanos() as Nanos
+    }
+
+    async fn sleep_until(&mut self, t: Nanos) {
+        let target = self.origin + Duration::from_nanos(t);
+        match self.timer {
+            Timer::Tokio => tokio::time::sleep_until(target.into()).await,
+            Timer::Precise => precise_sleep_until(target).await,
+        }
+    }
+}
+
+/// Sleep on tokio until shortly before `target`, then spin to it: the wake
+/// is never early and late only by the spin loop's read of the clock.
+pub async fn precise_sleep_until(target: Instant) {
+    if let Some(coarse) = target.checked_sub(PRECISE_MARGIN)
+        && coarse > Instant::now()
+    {
+        tokio::time::sleep_until(coarse.into()).await;
+    }
+    while Instant::now() < target {
+        std::hint::spin_loop();
+    }
+}
+
+/// Ask Linux to fire this thread's timers without the default 50 µs slack.
+fn tighten_timer_slack() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only this thread.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}

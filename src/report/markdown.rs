@@ -1,0 +1,90 @@
+//! One results file as a markdown section: the post's table with the spread
+//! of the runs, the harness's own error, the machine and the warnings.
+
+use anyhow::Result;
+use comfy_table::Table;
+use comfy_table::presets::ASCII_MARKDOWN;
+
+use super::Exporter;
+use super::format::{count, header, ms, secs};
+use super::table::harness_table;
+use crate::output::warnings;
+use crate::results::LabResults;
+
+pub struct MarkdownExporter;
+
+impl MarkdownExporter {
+    /// The section without its heading, so the README can add one and plots.
+    pub fn body(results: &LabResults) -> String {
+        let mut out = String::new();
+        out.push_str(&format!("{}\n\n", header(results)));
+        out.push_str(&format!("Machine: {}", results.machine.describe()));
+        if let (Some(a), Some(b)) = (results.machine.load_start, results.machine.load_end) {
+            out.push_str(&format!(
+                "; load average {:.2} at start, {:.2} at end",
+                a[0], b[0]
+            ));
+        }
+        if let Some(wall) = results.wall_s {
+            out.push_str(&format!("; the lab took {wall:.1} s of wall time"));
+        }
+        out.push_str(".\n\n");
+        out.push_str(
+            "Medians of the runs; the min–max of the runs in brackets where they differ.\n\n",
+        );
+        out.push_str(&spread_table(results).to_string());
+        out.push_str("\n\nThe harness's own error (medians of the runs):\n\n");
+        out.push_str(&harness_table(results, ASCII_MARKDOWN).to_string());
+        out.push('\n');
+        let warnings = warnings::check(results);
+        if !warnings.is_empty() {
+            out.push_str("\nWarnings:\n\n");
+            for w in warnings {
+                out.push_str(&format!("- {w}\n"));
+            }
+        }
+        out
+    }
+}
+
+fn spread_table(results: &LabResults) -> Table {
+    use super::format::with_spread;
+    let mut table = Table::new();
+    table.load_style(ASCII_MARKDOWN);
+    table.set_header(vec![
+        "Strategy",
+        "Normal p50",
+        "Normal p95",
+        "Normal p99",
+        "Normal max",
+        "Noisy tenant, time after burst",
+        "Jobs rejected",
+    ]);
+    for s in &results.strategies {
+        table.add_row(vec![
+            s.name.clone(),
+            with_spread(s, |f| f.normal_wait_ms.p50, ms),
+            with_spread(s, |f| f.normal_wait_ms.p95, ms),
+            with_spread(s, |f| f.normal_wait_ms.p99, ms),
+            with_spread(s, |f| f.normal_wait_ms.max, ms),
+            with_spread(
+                s,
+                |f| f.noisy_done_s.unwrap_or(f64::NAN),
+                |v| secs((!v.is_nan()).then_some(v)),
+            ),
+            with_spread(s, |f| f.rejected as f64, |v| count(v as u64)),
+        ]);
+    }
+    table
+}
+
+impl Exporter for MarkdownExporter {
+    fn export(&self, results: &LabResults) -> Result<Vec<u8>> {
+        Ok(format!(
+            "## {}\n\n{}",
+            results.scenario.name,
+            MarkdownExporter::body(results)
+        )
+        .into_bytes())
+    }
+}

@@ -1,0 +1,179 @@
+//! Queue disciplines: one file per discipline behind one [`Scheduler`] trait.
+//!
+//! A scheduler owns the waiting jobs and each tenant's in-flight count, so it
+//! can enforce a per-tenant `cap` (most jobs running at once) and `limit` (most
+//! jobs waiting) without the engine's help. Every operation is O(1) (`fair`) or
+//! O(log tenants) (`fifo`), never a scan over tenants or queued jobs; the scans
+//! live in [`naive`], as the baselines the tests and benchmarks compare with.
+
+mod fair;
+mod fifo;
+pub mod naive;
+
+use std::collections::VecDeque;
+
+pub use fair::Fair;
+pub use fifo::Fifo;
+
+use crate::scenario::{Queue, Strategy};
+
+/// A tenant's index: normal tenants first, then bursting tenants.
+pub type TenantId = u32;
+/// A job's index in its run's arrival plan; lower ids arrived earlier.
+pub type JobId = u32;
+
+/// A push refused because the tenant already had `limit` jobs waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejected {
+    pub waiting: u32,
+}
+
+/// The contract every discipline keeps: no job lost or duplicated, a tenant's
+/// own jobs taken in the order they were pushed, no tenant above its cap.
+pub trait Scheduler {
+    /// Queue `job` of `tenant`, or refuse it when the tenant's queue is full.
+    /// Job ids must be pushed in increasing order.
+    fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected>;
+    /// The next job to start, if any tenant below its cap has one waiting.
+    /// The job counts as running for its tenant until [`Scheduler::finished`].
+    fn take(&mut self) -> Option<(TenantId, JobId)>;
+    /// A running job of `tenant` has finished.
+    fn finished(&mut self, tenant: TenantId);
+    /// Jobs waiting, all tenants together.
+    fn queued(&self) -> usize;
+}
+
+/// Limits shared by every discipline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most jobs one tenant may run at once (`u32::MAX`: no cap).
+    pub cap: u32,
+    /// Most jobs one tenant may have waiting (`u32::MAX`: no limit).
+    pub limit: u32,
+}
+
+impl Limits {
+    pub fn of(strategy: &Strategy) -> Limits {
+        Limits {
+            cap: strategy.cap.unwrap_or(u32::MAX),
+            limit: strategy.limit.unwrap_or(u32::MAX),
+        }
+    }
+}
+
+/// Per-tenant queues and in-flight counts, the state both disciplines share.
+#[derive(Debug)]
+pub(crate) struct Tenants {
+    queue: Vec<VecDeque<JobId>>,
+    running: Vec<u32>,
+    limits: Limits,
+    queued: usize,
+}
+
+impl Tenants {
+    pub(crate) fn new(tenants: usize, limits: Limits) -> Tenants {
+        Tenants {
+            queue: (0..tenants).map(|_| VecDeque::new()).collect(),
+            running: vec![0; tenants],
+            limits,
+            queued: 0,
+        }
+    }
+
+    /// Append a job; `Ok(true)` when this made the tenant ready to be served.
+    #[inline]
+    pub(crate) fn admit(&mut self, tenant: TenantId, job: JobId) -> Result<bool, Rejected> {
+        let t = tenant as usize;
+        let q = &mut self.queue[t];
+        let waiting = q.len() as u32;
+        if waiting >= self.limits.limit {
+            return Err(Rejected { waiting });
+        }
+        q.push_back(job);
+        self.queued += 1;
+        Ok(waiting == 0 && self.running[t] < self.limits.cap)
+    }
+
+    /// Pop the tenant's oldest job and count it running; also says whether
+    /// the tenant is still ready (work left and below its cap).
+    #[inline]
+    pub(crate) fn start_next(&mut self, tenant: TenantId) -> (JobId, bool) {
+        let t = tenant as usize;
+        let job = self.queue[t]
+            .pop_front()
+            .expect("a ready tenant has a job waiting");
+        self.queued -= 1;
+        self.running[t] += 1;
+        (
+            job,
+            !self.queue[t].is_empty() && self.running[t] < self.limits.cap,
+        )
+    }
+
+    /// Count one job of the tenant finished; `true` when this made it ready.
+    #[inline]
+    pub(crate) fn finish(&mut self, tenant: TenantId) -> bool {
+        let t = tenant as usize;
+        let was_capped = self.running[t] == self.limits.cap;
+        self.running[t] -= 1;
+        was_capped && !self.queue[t].is_empty()
+    }
+
+    #[inline]
+    pub(crate) fn head(&self, tenant: TenantId) -> JobId {
+        self.queue[tenant as usize][0]
+    }
+
+    pub(crate) fn queued(&self) -> usize {
+        self.queued
+    }
+}
+
+/// The scheduler a strategy asks for, chosen once per run.
+pub enum AnyScheduler {
+    Fifo(Fifo),
+    Fair(Fair),
+}
+
+impl AnyScheduler {
+    pub fn new(strategy: &Strategy, tenants: usize) -> AnyScheduler {
+        let limits = Limits::of(strategy);
+        match strategy.queue {
+            Queue::Fifo => AnyScheduler::Fifo(Fifo::new(tenants, limits)),
+            Queue::Fair => AnyScheduler::Fair(Fair::new(tenants, limits)),
+        }
+    }
+}
+
+impl Scheduler for AnyScheduler {
+    #[inline]
+    fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected> {
+        match self {
+            AnyScheduler::Fifo(s) => s.push(tenant, job),
+            AnyScheduler::Fair(s) => s.push(tenant, job),
+        }
+    }
+
+    #[inline]
+    fn take(&mut self) -> Option<(TenantId, JobId)> {
+        match self {
+            AnyScheduler::Fifo(s) => s.take(),
+            AnyScheduler::Fair(s) => s.take(),
+        }
+    }
+
+    #[inline]
+    fn finished(&mut self, tenant: TenantId) {
+        match self {
+            AnyScheduler::Fifo(s) => s.finished(tenant),
+            AnyScheduler::Fair(s) => s.finished(tenant),
+        }
+    }
+
+    fn queued(&self) -> usize {
+        match self {
+            AnyScheduler::Fifo(s) => s.queued(),
+            AnyScheduler::Fair(s) => s.queued(),
+        }
+    }
+}

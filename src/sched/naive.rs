@@ -1,0 +1,135 @@
+//! Baselines that scan, as a 25-line queue would: the definition the fast
+//! disciplines must match job for job, and the yardstick of `make bench`.
+
+use std::collections::VecDeque;
+
+use super::{JobId, Limits, Rejected, Scheduler, TenantId};
+
+/// `fifo` by scanning every queued job for the earliest whose tenant is below
+/// its cap. O(queued jobs) per take.
+#[derive(Debug)]
+pub struct NaiveFifo {
+    waiting: VecDeque<(JobId, TenantId)>,
+    queued_by_tenant: Vec<u32>,
+    running: Vec<u32>,
+    limits: Limits,
+}
+
+impl NaiveFifo {
+    pub fn new(tenants: usize, limits: Limits) -> NaiveFifo {
+        NaiveFifo {
+            waiting: VecDeque::new(),
+            queued_by_tenant: vec![0; tenants],
+            running: vec![0; tenants],
+            limits,
+        }
+    }
+}
+
+impl Scheduler for NaiveFifo {
+    fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected> {
+        let waiting = self.queued_by_tenant[tenant as usize];
+        if waiting >= self.limits.limit {
+            return Err(Rejected { waiting });
+        }
+        self.queued_by_tenant[tenant as usize] += 1;
+        self.waiting.push_back((job, tenant));
+        Ok(())
+    }
+
+    fn take(&mut self) -> Option<(TenantId, JobId)> {
+        let i = self
+            .waiting
+            .iter()
+            .position(|&(_, t)| self.running[t as usize] < self.limits.cap)?;
+        let (job, tenant) = self.waiting.remove(i)?;
+        self.queued_by_tenant[tenant as usize] -= 1;
+        self.running[tenant as usize] += 1;
+        Some((tenant, job))
+    }
+
+    fn finished(&mut self, tenant: TenantId) {
+        self.running[tenant as usize] -= 1;
+    }
+
+    fn queued(&self) -> usize {
+        self.waiting.len()
+    }
+}
+
+/// `fair` by scanning every tenant for the ready one whose turn comes first.
+/// A tenant's turn is stamped when it becomes ready and again after each job
+/// it is served; a tenant that got work after having none goes before every
+/// tenant already served. That is the order of [`super::Fair`]'s two rings.
+/// O(tenants) per take.
+#[derive(Debug)]
+pub struct NaiveFair {
+    queue: Vec<VecDeque<JobId>>,
+    running: Vec<u32>,
+    /// (0 for a fresh tenant, 1 for one already served, stamp).
+    turn: Vec<(u8, u64)>,
+    next_turn: u64,
+    limits: Limits,
+}
+
+impl NaiveFair {
+    pub fn new(tenants: usize, limits: Limits) -> NaiveFair {
+        NaiveFair {
+            queue: vec![VecDeque::new(); tenants],
+            running: vec![0; tenants],
+            turn: vec![(0, 0); tenants],
+            next_turn: 0,
+            limits,
+        }
+    }
+
+    fn ready(&self, t: usize) -> bool {
+        !self.queue[t].is_empty() && self.running[t] < self.limits.cap
+    }
+
+    fn stamp(&mut self, t: usize, served: bool) {
+        self.turn[t] = (u8::from(served), self.next_turn);
+        self.next_turn += 1;
+    }
+}
+
+impl Scheduler for NaiveFair {
+    fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected> {
+        let t = tenant as usize;
+        let waiting = self.queue[t].len() as u32;
+        if waiting >= self.limits.limit {
+            return Err(Rejected { waiting });
+        }
+        let was_empty = self.queue[t].is_empty();
+        self.queue[t].push_back(job);
+        if was_empty && self.ready(t) {
+            self.stamp(t, false);
+        }
+        Ok(())
+    }
+
+    fn take(&mut self) -> Option<(TenantId, JobId)> {
+        let t = (0..self.queue.len())
+            .filter(|&t| self.ready(t))
+            .min_by_key(|&t| self.turn[t])?;
+        let job = self.queue[t].pop_front()?;
+        self.running[t] += 1;
+        if self.ready(t) {
+            self.stamp(t, true);
+        }
+        Some((t as TenantId, job))
+    }
+
+    fn finished(&mut self, tenant: TenantId) {
+        let t = tenant as usize;
+        let was_ready = self.ready(t);
+        self.running[t] -= 1;
+        if !was_ready && self.ready(t) {
+            self.stamp(t, true);
+        }
+    }
+
+    fn queued(&self) -> usize {
+        self.queue.iter().map(VecDeque::len).sum()
+    }
+}

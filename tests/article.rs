@@ -1,0 +1,217 @@
+//! The article lab on the virtual clock: the model's own arithmetic gives
+//! exact targets (2,000 jobs at cap 4 are 500 rounds of 100 ms = 50.0 s).
+
+use std::path::Path;
+
+use noisylab::engine::{JobRecord, NEVER};
+use noisylab::lab::{self, LabPlan};
+use noisylab::output::progress::Progress;
+use noisylab::results::{ClockKind, LabResults, StrategyResults};
+use noisylab::scenario::{Scenario, Strategy};
+
+fn article() -> Scenario {
+    Scenario::load(Path::new("lab/article.toml")).expect("lab/article.toml is valid")
+}
+
+fn virtual_lab(scenario: Scenario) -> LabResults {
+    let plan = LabPlan {
+        scenario,
+        clock: ClockKind::Virtual,
+        timer: Default::default(),
+        keep_raw: false,
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    lab::run(&plan, &stop, &Progress::hidden()).unwrap().results
+}
+
+fn strategy<'a>(r: &'a LabResults, name: &str) -> &'a StrategyResults {
+    r.strategies.iter().find(|s| s.name == name).unwrap()
+}
+
+#[test]
+fn shared_fifo_makes_everyone_wait_for_the_burst() {
+    let r = virtual_lab(article());
+    let s = strategy(&r, "Shared FIFO");
+    for run in &s.runs {
+        let f = &run.figures;
+        let done = f.noisy_done_s.unwrap();
+        assert!((10.0..=10.1).contains(&done), "noisy done {done}");
+        assert!(
+            (9.9..=10.1).contains(&(f.normal_wait_ms.max / 1e3)),
+            "max {}",
+            f.normal_wait_ms.max
+        );
+        assert!(
+            (9200.0..=9800.0).contains(&f.normal_wait_ms.p95),
+            "p95 {}",
+            f.normal_wait_ms.p95
+        );
+        assert_eq!(f.normal_jobs, 480);
+        assert_eq!(
+            f.idle_workers_while_waiting, 0.0,
+            "fifo without a cap is work-conserving"
+        );
+    }
+}
+
+#[test]
+fn a_cap_of_4_takes_500_rounds_and_leaves_12_workers_idle() {
+    let r = virtual_lab(article());
+    for name in ["FIFO with cap of 4 per tenant", "Fair queue with cap of 4"] {
+        for run in &strategy(&r, name).runs {
+            let f = &run.figures;
+            assert_eq!(
+                f.noisy_done_s,
+                Some(50.0),
+                "{name}: 2,000 jobs / 4 × 100 ms"
+            );
+            assert_eq!(f.normal_wait_ms.max, 0.0, "{name}: normal jobs never wait");
+            // While normal traffic runs: 20 workers − 4 noisy − about 4 normal.
+            let idle = f.idle_workers_while_waiting_in_traffic;
+            assert!((11.0..=13.0).contains(&idle), "{name}: {idle}");
+            // After it (t = 12 s to 52 s) 16 sit idle: (10 s × ~12 + 40 s × 16) / 50 s.
+            assert!(
+                (15.0..=15.4).contains(&f.idle_workers_while_waiting),
+                "{name}: {}",
+                f.idle_workers_while_waiting
+            );
+        }
+    }
+}
+
+#[test]
+fn a_fair_queue_without_cap_is_work_conserving_and_cheap_for_neighbours() {
+    let r = virtual_lab(article());
+    for run in &strategy(&r, "Fair queue, no cap").runs {
+        let f = &run.figures;
+        let done = f.noisy_done_s.unwrap();
+        assert!((11.5..=12.6).contains(&done), "noisy done {done}");
+        // A normal job waits at most for the next worker to free up.
+        assert!(f.normal_wait_ms.max < 100.0, "max {}", f.normal_wait_ms.max);
+        assert!(f.normal_wait_ms.p50 < 25.0, "p50 {}", f.normal_wait_ms.p50);
+        assert_eq!(f.idle_workers_while_waiting, 0.0);
+    }
+}
+
+#[test]
+fn a_queue_limit_of_100_rejects_1896_and_finishes_in_2_6_s() {
+    let r = virtual_lab(article());
+    for run in &strategy(&r, "Fair queue, queue limit 100").runs {
+        let f = &run.figures;
+        assert_eq!(f.rejected, 1896, "2,000 − 4 running − 100 waiting");
+        assert_eq!(f.noisy_done_s, Some(2.6), "104 jobs / 4 × 100 ms");
+        assert_eq!(
+            f.retry_after_s, 3,
+            "100 waiting / 4 at a time × 100 ms = 2.5 s, rounded up"
+        );
+        assert_eq!(f.normal_wait_ms.max, 0.0);
+    }
+}
+
+/// Every strategy: nothing lost, a tenant's jobs in its own order, caps kept.
+#[test]
+fn invariants_hold_for_every_strategy_and_seed() {
+    let scenario = article();
+    for strategy in &scenario.strategy {
+        for seed in 1..=3 {
+            let (jobs, stats) = lab::run_virtual(&scenario, strategy, seed);
+            check_invariants(&scenario, strategy, &jobs, stats.rejected);
+        }
+    }
+}
+
+pub fn check_invariants(
+    scenario: &Scenario,
+    strategy: &Strategy,
+    jobs: &[JobRecord],
+    rejected: u64,
+) {
+    let job_ns = scenario.job_ms * 1_000_000;
+    let mut done = 0u64;
+    let mut refused = 0u64;
+    for j in jobs {
+        assert_ne!(j.enqueued, NEVER, "every planned job is submitted");
+        if j.started == NEVER {
+            assert_eq!(j.finished, NEVER);
+            refused += 1;
+        } else {
+            assert!(j.started >= j.enqueued);
+            assert_eq!(
+                j.finished - j.started,
+                job_ns,
+                "a job holds its worker exactly job_ms"
+            );
+            done += 1;
+        }
+    }
+    assert_eq!(refused, rejected);
+    assert_eq!(
+        done + refused,
+        jobs.len() as u64,
+        "submitted = completed + rejected"
+    );
+    if strategy.limit.is_none() {
+        assert_eq!(rejected, 0);
+    }
+    let tenants = scenario.normal.tenants as usize + scenario.burst_tenants().len();
+    let mut last_start = vec![0u64; tenants];
+    let mut events: Vec<(u64, i32, usize)> = Vec::new();
+    for j in jobs.iter().filter(|j| j.started != NEVER) {
+        let t = j.tenant as usize;
+        assert!(
+            j.started >= last_start[t],
+            "tenant {t}'s jobs start in their own order"
+        );
+        last_start[t] = j.started;
+        events.push((j.started, 1, t));
+        events.push((j.finished, -1, t));
+    }
+    // Finishes before starts at the same instant.
+    events.sort();
+    let mut running = vec![0i32; tenants];
+    let mut busy = 0i32;
+    let cap = strategy.cap.map_or(i32::MAX, |c| c as i32);
+    for (_, delta, t) in events {
+        running[t] += delta;
+        busy += delta;
+        assert!(running[t] <= cap, "tenant {t} above its cap");
+        assert!(
+            busy <= scenario.workers as i32,
+            "more jobs running than workers"
+        );
+    }
+}
+
+#[test]
+fn the_same_seed_gives_byte_identical_json() {
+    let a = serde_json::to_vec(&virtual_lab(article())).unwrap();
+    let b = serde_json::to_vec(&virtual_lab(article())).unwrap();
+    assert_eq!(a, b);
+    let mut other = article();
+    other.seed = 99;
+    assert_ne!(
+        a,
+        serde_json::to_vec(&virtual_lab(other)).unwrap(),
+        "the seed matters"
+    );
+}
+
+#[test]
+fn medians_and_spread_come_from_the_runs() {
+    let r = virtual_lab(article());
+    let s = strategy(&r, "Shared FIFO");
+    let mut p95: Vec<f64> = s
+        .runs
+        .iter()
+        .map(|r| r.figures.normal_wait_ms.p95)
+        .collect();
+    p95.sort_by(f64::total_cmp);
+    assert_eq!(s.runs.len(), 3);
+    assert_eq!(s.median.normal_wait_ms.p95, p95[1]);
+    assert_eq!(s.min.normal_wait_ms.p95, p95[0]);
+    assert_eq!(s.max.normal_wait_ms.p95, p95[2]);
+    assert_eq!(
+        s.runs.iter().map(|r| r.seed).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+}

@@ -1,0 +1,143 @@
+//! The binary end to end: bad input gets one line and exit code 2; a short
+//! real-clock run exercises the real path.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn noisylab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_noisylab"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+/// Write a variant of the article scenario with one line replaced.
+fn variant(dir: &Path, name: &str, from: &str, to: &str) -> String {
+    let text = std::fs::read_to_string("lab/article.toml").unwrap();
+    assert!(text.contains(from), "{from:?} is in lab/article.toml");
+    let path = dir.join(name);
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn assert_bad_input(args: &[&str], expected: &str) {
+    let out = noisylab(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains(expected),
+        "{args:?}: expected {expected:?} in {stderr:?}"
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout for bad input");
+}
+
+#[test]
+fn bad_scenarios_get_one_line_naming_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cases: Vec<(String, String)> = vec![
+        (d.join("missing.toml").to_string_lossy().into(), "missing.toml: cannot read scenario file: no such file".into()),
+        (variant(d, "zero.toml", "workers = 20", "workers = 0"), "zero.toml: workers: must be at least 1, found 0".into()),
+        (
+            variant(d, "neg.toml", "rate_per_s = 2.0", "rate_per_s = -2.0"),
+            "neg.toml: normal.rate_per_s: must be a rate of 0 or more jobs per second, found -2".into(),
+        ),
+        (
+            variant(d, "kind.toml", "queue = \"fair\"", "queue = \"lifo\""),
+            "kind.toml:31:9: strategy[2].queue: unknown value `lifo`; allowed: `fifo` or `fair`".into(),
+        ),
+        (
+            variant(d, "limt.toml", "limit = 100", "limt = 100"),
+            "limt.toml:44:1: strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`".into(),
+        ),
+        (
+            variant(d, "syntax.toml", "workers = 20", "workers = [20"),
+            "syntax.toml:7:1: invalid TOML: missing comma between array elements".into(),
+        ),
+    ];
+    for (file, expected) in &cases {
+        assert_bad_input(&["run", "--clock", "virtual", file], expected);
+    }
+}
+
+#[test]
+fn an_unknown_strategy_filter_lists_the_known_ones() {
+    assert_bad_input(
+        &["run", "--clock", "virtual", "--strategy", "LIFO"],
+        "lab/article.toml: --strategy \"LIFO\": no such strategy in scenario \"article\"; known: \"Shared FIFO\"",
+    );
+}
+
+#[test]
+fn virtual_json_has_the_contract_fields() {
+    let out = noisylab(&[
+        "run",
+        "lab/article.toml",
+        "--clock",
+        "virtual",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["scenario"]["name"], "article");
+    assert_eq!(v["clock"], "virtual");
+    assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
+    let strategies = v["strategies"].as_array().unwrap();
+    assert_eq!(strategies.len(), 5);
+    for s in strategies {
+        for key in ["p50", "p95", "p99", "max"] {
+            assert!(s["median"]["normal_wait_ms"][key].is_f64(), "{key}");
+        }
+        assert!(s["median"]["noisy_done_s"].is_f64());
+        assert!(s["median"]["rejected"].is_u64());
+        assert_eq!(s["runs"].as_array().unwrap().len(), 3);
+        assert!(s["runs"][0]["raw"].is_null(), "no histograms on stdout");
+    }
+    assert_eq!(strategies[4]["median"]["rejected"], 1896);
+}
+
+/// About a second of real time: the real clock, the precise timer and saving.
+#[test]
+fn a_short_real_clock_run_completes_and_saves_its_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_string_lossy().into_owned();
+    let out = noisylab(&[
+        "run",
+        "lab/smoke.toml",
+        "--format",
+        "json",
+        "--out",
+        &out_dir,
+        "-q",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["clock"], "real");
+    assert_eq!(v["timer"], "precise");
+    for s in v["strategies"].as_array().unwrap() {
+        let run = &s["runs"][0];
+        assert_eq!(run["rejected"], 0);
+        // 4 tenants × 10/s × 0.6 s.
+        assert_eq!(run["normal_jobs"], 24);
+        assert!(run["noisy_done_s"].as_f64().unwrap() > 0.0);
+    }
+    let saved: Vec<_> = std::fs::read_dir(dir.path().join("runs"))
+        .unwrap()
+        .collect();
+    assert_eq!(saved.len(), 1, "one results file");
+    let path = saved[0].as_ref().unwrap().path();
+    let results = noisylab::results::LabResults::load(&path).unwrap();
+    let raw = results.strategies[0].runs[0]
+        .raw
+        .as_ref()
+        .expect("histograms saved");
+    let h = noisylab::results::decode_histogram(&raw.histograms.normal_wait_ns).unwrap();
+    assert_eq!(h.len(), 24, "the saved histogram holds every normal job");
+}
