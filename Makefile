@@ -15,3 +15,12 @@ test:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) test --locked --all-targets
+
+# Scheduler cost by tenant count (ours beside the naive scans), the virtual
+# article lab, and the scale scenario's wall time and memory.
+bench: build
+	$(CARGO) bench --locked --bench sched
+	$(BIN) run lab/scale.toml --clock virtual --format json > /dev/null
+
+calibrate: build
+	$(BIN) calibrate

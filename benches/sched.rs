@@ -1,1 +1,138 @@
-fn main() {}
+//! `make bench`: scheduler cost per job (finish + take + push) at 10 to
+//! 1,000,000 tenants, ours beside the naive scans, and the virtual-clock
+//! article lab end to end.
+//!
+//! The state: every tenant has one job running (cap 1) and one waiting, so
+//! only the tenant whose job just finished may start another. One operation
+//! is that tenant's finish, the take that starts its waiting job, and the push
+//! of its next one; tenants are picked in a fixed random order, so the naive
+//! scans search half the queue on average.
+
+use std::path::Path;
+
+use noisylab::sched::naive::{NaiveFair, NaiveFifo};
+use noisylab::sched::{Fair, Fifo, Limits, Scheduler};
+use rand::{RngExt, SeedableRng};
+
+const TENANTS: &[usize] = &[10, 1_000, 100_000, 1_000_000];
+const LIMITS: Limits = Limits {
+    cap: 1,
+    limit: u32::MAX,
+};
+
+fn main() {
+    divan::main();
+}
+
+struct Loaded<S> {
+    sched: S,
+    order: Vec<u32>,
+    next_job: u32,
+    at: usize,
+}
+
+fn loaded<S: Scheduler>(make: fn(usize, Limits) -> S, tenants: usize) -> Loaded<S> {
+    let mut sched = make(tenants, LIMITS);
+    let mut job = 0;
+    for round in 0..2 {
+        for t in 0..tenants as u32 {
+            sched.push(t, job).unwrap();
+            job += 1;
+        }
+        if round == 0 {
+            for _ in 0..tenants {
+                sched.take().unwrap();
+            }
+        }
+    }
+    Loaded {
+        sched,
+        order: order(tenants),
+        next_job: job,
+        at: 0,
+    }
+}
+
+impl<S: Scheduler> Loaded<S> {
+    #[inline]
+    fn op(&mut self) {
+        let t = self.order[self.at];
+        self.at = (self.at + 1) & 4095;
+        self.sched.finished(t);
+        let (got, _) = self.sched.take().expect("the finished tenant is ready");
+        debug_assert_eq!(got, t);
+        self.sched.push(t, self.next_job).unwrap();
+        self.next_job += 1;
+    }
+}
+
+fn bench<S: Scheduler>(b: divan::Bencher, make: fn(usize, Limits) -> S, tenants: usize) {
+    run(b, loaded(make, tenants));
+}
+
+fn run<S: Scheduler>(b: divan::Bencher, mut state: Loaded<S>) {
+    b.bench_local(|| state.op());
+}
+
+fn order(tenants: usize) -> Vec<u32> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    (0..4096)
+        .map(|_| rng.random_range(0..tenants as u32))
+        .collect()
+}
+
+mod fair {
+    use super::*;
+
+    #[divan::bench(args = TENANTS)]
+    fn ours(b: divan::Bencher, tenants: usize) {
+        bench(b, Fair::new, tenants);
+    }
+
+    #[divan::bench(args = TENANTS, sample_count = 20)]
+    fn naive(b: divan::Bencher, tenants: usize) {
+        // Loading by pushes and takes would cost tenants² scans.
+        let sched = NaiveFair::one_running_one_waiting(tenants, LIMITS);
+        run(
+            b,
+            Loaded {
+                sched,
+                order: order(tenants),
+                next_job: 2 * tenants as u32,
+                at: 0,
+            },
+        );
+    }
+}
+
+mod fifo_cap {
+    use super::*;
+
+    #[divan::bench(args = TENANTS)]
+    fn ours(b: divan::Bencher, tenants: usize) {
+        bench(b, Fifo::new, tenants);
+    }
+
+    #[divan::bench(args = TENANTS, sample_count = 20)]
+    fn naive(b: divan::Bencher, tenants: usize) {
+        bench(b, NaiveFifo::new, tenants);
+    }
+}
+
+/// The whole article lab (5 strategies × 3 runs, about 440 s of lab time)
+/// on the virtual clock.
+#[divan::bench(sample_count = 20)]
+fn virtual_article_lab(b: divan::Bencher) {
+    let scenario = noisylab::scenario::Scenario::load(Path::new("lab/article.toml")).unwrap();
+    b.bench_local(|| {
+        for strategy in &scenario.strategy {
+            for k in 0..scenario.runs {
+                divan::black_box(noisylab::lab::run_virtual(
+                    &scenario,
+                    strategy,
+                    scenario.seed + u64::from(k),
+                ));
+            }
+        }
+    });
+}

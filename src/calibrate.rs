@@ -78,7 +78,10 @@ pub fn run(plan: CalibratePlan) -> Result<Calibration> {
 }
 
 /// Overshoot (ns) of `plan.sleeps` back-to-back sleeps, and how many woke early.
-pub async fn measure_timer(timer: Timer, plan: CalibratePlan) -> (hdrhistogram::Histogram<u64>, u32) {
+pub async fn measure_timer(
+    timer: Timer,
+    plan: CalibratePlan,
+) -> (hdrhistogram::Histogram<u64>, u32) {
     let mut h = new_histogram();
     let mut early = 0;
     for _ in 0..plan.sleeps {
@@ -110,7 +113,13 @@ async fn measure_dispatch(jobs: u32) -> Percentiles {
     let plan: Vec<JobRecord> = (0..u64::from(jobs))
         .map(|i| JobRecord::planned(0, (i + 1) * 1_000_000))
         .collect();
-    let mut sched = Fifo::new(1, Limits { cap: u32::MAX, limit: u32::MAX });
+    let mut sched = Fifo::new(
+        1,
+        Limits {
+            cap: u32::MAX,
+            limit: u32::MAX,
+        },
+    );
     let mut clock = RealClock::start(Timer::Precise);
     let never = AtomicBool::new(false);
     let (_, stats) = engine::run(&mut clock, &pool, &mut sched, plan, &never)

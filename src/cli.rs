@@ -173,7 +173,9 @@ fn run(plan: &RunPlan) -> Result<i32> {
     }
     let stop = watch_ctrl_c()?;
     let progress = Progress::new(plan.quiet);
+    let wall = std::time::Instant::now();
     let outcome = lab::run(&plan.lab, &stop, &progress)?;
+    let wall_s = wall.elapsed().as_secs_f64();
     let saved = match &plan.save_to {
         Some(dir) if !outcome.results.strategies.is_empty() => {
             Some(store::save(dir, &outcome.results)?)
@@ -187,6 +189,14 @@ fn run(plan: &RunPlan) -> Result<i32> {
     };
     let bytes = plan.format.exporter().export(&printed)?;
     std::io::stdout().write_all(&bytes)?;
+    if !plan.quiet {
+        eprintln!(
+            "{:.1} s of lab time in {:.3} s of wall time; peak memory {:.0} MiB",
+            outcome.results.lab_s_total(),
+            wall_s,
+            crate::machine::peak_rss_mib().unwrap_or(f64::NAN)
+        );
+    }
     if let Some(path) = &saved {
         eprintln!("results saved to {}", path.display());
     }

@@ -82,7 +82,9 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
             .unwrap_or_default()
     });
     let calibration = if real {
-        Some(crate::calibrate::run(crate::calibrate::CalibratePlan::QUICK)?)
+        Some(crate::calibrate::run(
+            crate::calibrate::CalibratePlan::QUICK,
+        )?)
     } else {
         None
     };
@@ -172,6 +174,11 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
         created,
         calibration,
         wall_s: real.then(|| wall.elapsed().as_secs_f64()),
+        peak_rss_mib: if real {
+            crate::machine::peak_rss_mib()
+        } else {
+            None
+        },
         strategies,
     };
     Ok(LabOutcome {

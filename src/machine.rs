@@ -85,3 +85,27 @@ impl Machine {
         )
     }
 }
+
+/// This process's peak resident memory so far, in MiB.
+pub fn peak_rss_mib() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: getrusage fills the struct we hand it and nothing else.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+            return None;
+        }
+        let max = usage.ru_maxrss as f64;
+        // Linux reports kilobytes, macOS bytes.
+        let bytes = if cfg!(target_os = "macos") {
+            max
+        } else {
+            max * 1024.0
+        };
+        Some(bytes / (1u64 << 20) as f64)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}

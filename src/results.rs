@@ -52,6 +52,9 @@ pub struct LabResults {
     /// Wall time of the whole lab, in seconds; real clock only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall_s: Option<f64>,
+    /// Peak resident memory of the process during the lab, in MiB; real clock only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_mib: Option<f64>,
     pub strategies: Vec<StrategyResults>,
 }
 
@@ -357,6 +360,15 @@ pub fn decode_histogram(text: &str) -> Result<Histogram<u64>> {
 }
 
 impl LabResults {
+    /// Lab time of every run, added up, in seconds.
+    pub fn lab_s_total(&self) -> f64 {
+        self.strategies
+            .iter()
+            .flat_map(|s| &s.runs)
+            .map(|r| r.figures.lab_s)
+            .sum()
+    }
+
     /// A copy without histograms and traces, for stdout.
     pub fn without_raw(&self) -> LabResults {
         let mut out = self.clone();

@@ -14,7 +14,11 @@ pub fn table(c: &Calibration, style: TableStyle) -> Table {
     let mut t = Table::new();
     t.load_style(style);
     t.set_header(vec!["Measure", "p50", "p95", "p99", "max", "Target"]);
-    let target = format!("p50 ≤ {}, p99 ≤ {}", ms(TARGET_OVERSHOOT_P50_MS), ms(TARGET_OVERSHOOT_P99_MS));
+    let target = format!(
+        "p50 ≤ {}, p99 ≤ {}",
+        ms(TARGET_OVERSHOOT_P50_MS),
+        ms(TARGET_OVERSHOOT_P99_MS)
+    );
     let p = &c.precise_overshoot_ms;
     t.add_row(vec![
         format!("Overshoot of a {} ms sleep, precise timer", c.sleep_ms),
@@ -40,7 +44,11 @@ pub fn table(c: &Calibration, style: TableStyle) -> Table {
         us(d.p95),
         us(d.p99),
         us(d.max),
-        format!("p50 ≤ {}, p99 ≤ {}", us(TARGET_DISPATCH_P50_US), us(TARGET_DISPATCH_P99_US)),
+        format!(
+            "p50 ≤ {}, p99 ≤ {}",
+            us(TARGET_DISPATCH_P50_US),
+            us(TARGET_DISPATCH_P99_US)
+        ),
     ]);
     t
 }

@@ -26,7 +26,14 @@ impl MarkdownExporter {
             ));
         }
         if let Some(wall) = results.wall_s {
-            out.push_str(&format!("; the lab took {wall:.1} s of wall time"));
+            let lab = results.lab_s_total();
+            out.push_str(&format!(
+                "; the runs took {wall:.1} s of wall time for {lab:.1} s of lab time ({:+.2} %)",
+                (wall / lab - 1.0) * 100.0
+            ));
+        }
+        if let Some(rss) = results.peak_rss_mib {
+            out.push_str(&format!("; peak memory {rss:.0} MiB"));
         }
         out.push_str(".\n\n");
         out.push_str(

@@ -83,6 +83,20 @@ impl NaiveFair {
         }
     }
 
+    /// The state the benchmarks start from, built without `tenants` scans:
+    /// every tenant has one job running and job `tenants + t` waiting, as
+    /// after pushing jobs `0..2 × tenants` round robin and taking the first
+    /// `tenants`.
+    pub fn one_running_one_waiting(tenants: usize, limits: Limits) -> NaiveFair {
+        let mut s = NaiveFair::new(tenants, limits);
+        for t in 0..tenants {
+            s.queue[t].push_back((tenants + t) as JobId);
+            s.running[t] = 1;
+            s.stamp(t, true);
+        }
+        s
+    }
+
     fn ready(&self, t: usize) -> bool {
         !self.queue[t].is_empty() && self.running[t] < self.limits.cap
     }

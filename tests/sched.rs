@@ -1,0 +1,209 @@
+//! The fast disciplines against the naive scans: same job order, same
+//! rejections, on random push / take / finish sequences.
+
+use noisylab::sched::naive::{NaiveFair, NaiveFifo};
+use noisylab::sched::{Fair, Fifo, Limits, Scheduler};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Push(u32),
+    Take,
+    /// Finish the running job at this index (mod the number running).
+    Finish(usize),
+}
+
+fn ops(tenants: u32) -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(
+        prop_oneof![
+            3 => (0..tenants).prop_map(Op::Push),
+            2 => Just(Op::Take),
+            2 => any::<usize>().prop_map(Op::Finish),
+        ],
+        0..400,
+    )
+}
+
+fn limits() -> impl Strategy<Value = Limits> {
+    (
+        prop_oneof![Just(u32::MAX), 1u32..5],
+        prop_oneof![Just(u32::MAX), 1u32..8],
+    )
+        .prop_map(|(cap, limit)| Limits { cap, limit })
+}
+
+/// Replay `ops` on both and compare every answer.
+fn same_answers(
+    mut fast: impl Scheduler,
+    mut naive: impl Scheduler,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let mut running: Vec<u32> = Vec::new();
+    let mut next_job = 0u32;
+    for op in ops {
+        match *op {
+            Op::Push(t) => {
+                let a = fast.push(t, next_job);
+                let b = naive.push(t, next_job);
+                prop_assert_eq!(a, b, "push of job {} for tenant {}", next_job, t);
+                next_job += 1;
+            }
+            Op::Take => {
+                let a = fast.take();
+                prop_assert_eq!(a, naive.take());
+                if let Some((t, _)) = a {
+                    running.push(t);
+                }
+            }
+            Op::Finish(i) if !running.is_empty() => {
+                let t = running.swap_remove(i % running.len());
+                fast.finished(t);
+                naive.finished(t);
+            }
+            Op::Finish(_) => {}
+        }
+        prop_assert_eq!(fast.queued(), naive.queued());
+    }
+    // Drain: the rest must come out in the same order too.
+    loop {
+        let a = fast.take();
+        prop_assert_eq!(a, naive.take());
+        match a {
+            Some((t, _)) => {
+                fast.finished(t);
+                naive.finished(t);
+            }
+            None if running.is_empty() => break,
+            None => {
+                let t = running.pop().unwrap();
+                fast.finished(t);
+                naive.finished(t);
+            }
+        }
+    }
+    prop_assert_eq!(fast.queued(), 0);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn fair_matches_its_naive_scan((tenants, ops) in (1u32..12).prop_flat_map(|t| (Just(t), ops(t))), limits in limits()) {
+        same_answers(Fair::new(tenants as usize, limits), NaiveFair::new(tenants as usize, limits), &ops)?;
+    }
+
+    #[test]
+    fn fifo_matches_its_naive_scan((tenants, ops) in (1u32..12).prop_flat_map(|t| (Just(t), ops(t))), limits in limits()) {
+        same_answers(Fifo::new(tenants as usize, limits), NaiveFifo::new(tenants as usize, limits), &ops)?;
+    }
+}
+
+#[test]
+fn fifo_without_cap_is_arrival_order() {
+    let mut s = Fifo::new(
+        3,
+        Limits {
+            cap: u32::MAX,
+            limit: u32::MAX,
+        },
+    );
+    for (job, tenant) in [2, 0, 2, 1].into_iter().enumerate() {
+        s.push(tenant, job as u32).unwrap();
+    }
+    let order: Vec<u32> = std::iter::from_fn(|| s.take().map(|(_, j)| j)).collect();
+    assert_eq!(order, vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn fair_serves_a_tenant_with_one_job_before_a_backlogged_one() {
+    let mut s = Fair::new(
+        2,
+        Limits {
+            cap: u32::MAX,
+            limit: u32::MAX,
+        },
+    );
+    for job in 0..5 {
+        s.push(0, job).unwrap();
+    }
+    assert_eq!(s.take(), Some((0, 0)));
+    s.push(1, 5).unwrap();
+    assert_eq!(s.take(), Some((1, 5)), "the fresh tenant goes first");
+    assert_eq!(s.take(), Some((0, 1)));
+}
+
+#[test]
+fn a_capped_tenant_is_skipped_until_a_job_finishes() {
+    let limits = Limits {
+        cap: 1,
+        limit: u32::MAX,
+    };
+    let mut s = Fifo::new(2, limits);
+    s.push(0, 0).unwrap();
+    s.push(0, 1).unwrap();
+    s.push(1, 2).unwrap();
+    assert_eq!(s.take(), Some((0, 0)));
+    assert_eq!(
+        s.take(),
+        Some((1, 2)),
+        "tenant 0 is at its cap; job 2 goes ahead of job 1"
+    );
+    assert_eq!(s.take(), None);
+    s.finished(0);
+    assert_eq!(s.take(), Some((0, 1)));
+}
+
+#[test]
+fn a_full_queue_rejects_and_says_how_many_wait() {
+    let mut s = Fair::new(1, Limits { cap: 1, limit: 2 });
+    s.push(0, 0).unwrap();
+    s.take().unwrap();
+    s.push(0, 1).unwrap();
+    s.push(0, 2).unwrap();
+    assert_eq!(s.push(0, 3), Err(noisylab::sched::Rejected { waiting: 2 }));
+    assert_eq!(s.queued(), 2);
+}
+
+/// Ten million queued jobs fit: a queued job costs its 4-byte id in its
+/// tenant's queue (up to twice that while the queue's buffer grows).
+#[test]
+fn ten_million_queued_jobs_fit() {
+    let mut s = Fair::new(
+        1000,
+        Limits {
+            cap: u32::MAX,
+            limit: u32::MAX,
+        },
+    );
+    for job in 0..10_000_000u32 {
+        s.push(job % 1000, job).unwrap();
+    }
+    assert_eq!(s.queued(), 10_000_000);
+    let first: Vec<(u32, u32)> = (0..3).map(|_| s.take().unwrap()).collect();
+    assert_eq!(first, vec![(0, 0), (1, 1), (2, 2)]);
+}
+
+#[test]
+fn the_benchmarks_preloaded_naive_state_is_the_one_pushes_and_takes_make() {
+    let limits = Limits {
+        cap: 1,
+        limit: u32::MAX,
+    };
+    let n = 50;
+    let mut built = NaiveFair::new(n, limits);
+    for job in 0..2 * n as u32 {
+        built.push(job % n as u32, job).unwrap();
+    }
+    for _ in 0..n {
+        built.take().unwrap();
+    }
+    let mut pre = NaiveFair::one_running_one_waiting(n, limits);
+    for t in [7u32, 3, 49, 0] {
+        built.finished(t);
+        pre.finished(t);
+        assert_eq!(built.take(), pre.take());
+        assert_eq!(built.take(), None);
+        assert_eq!(pre.take(), None);
+    }
+}
