@@ -9,14 +9,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
+use comfy_table::presets::UTF8_FULL_CONDENSED;
 
 use crate::engine::Timer;
 use crate::lab::{self, LabPlan};
 use crate::output::progress::Progress;
+use crate::reference::Reference;
 use crate::report::Format;
-use crate::results::ClockKind;
+use crate::report::readme::Source;
+use crate::results::{ClockKind, LabResults};
 use crate::scenario::Scenario;
 use crate::store;
 
@@ -40,8 +43,47 @@ pub struct Cli {
 pub enum Command {
     /// Run every strategy of a scenario and print the post's table.
     Run(RunOpts),
+    /// Regenerate `reports/README.md` and its charts from saved results, and
+    /// print the tables (or one file in one `--format`).
+    Report(ReportOpts),
+    /// Several results files side by side with the post's figures.
+    Compare(CompareOpts),
+    /// Check a results file against the post's figures and claims (exit 1 if one fails).
+    Validate(ValidateOpts),
     /// Measure this machine's timer overshoot and dispatch floor.
     Calibrate(CalibrateOpts),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportOpts {
+    /// Results files (default: every file under OUT/runs/).
+    pub files: Vec<PathBuf>,
+    /// Print one results file in this format to stdout instead of regenerating the report.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// The reports folder.
+    #[arg(long, value_name = "DIR", default_value = "reports")]
+    pub out: PathBuf,
+    /// The post's figures.
+    #[arg(long, value_name = "FILE", default_value = crate::reference::DEFAULT_PATH)]
+    pub reference: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareOpts {
+    /// Two or more results files.
+    #[arg(required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
+    #[arg(long, value_name = "FILE", default_value = crate::reference::DEFAULT_PATH)]
+    pub reference: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateOpts {
+    /// A results file (default: the newest under reports/runs/).
+    pub file: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", default_value = crate::reference::DEFAULT_PATH)]
+    pub reference: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -149,6 +191,36 @@ pub fn main() -> i32 {
 pub fn execute(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Run(opts) => run(&opts.plan()?),
+        Command::Report(opts) => report(&opts),
+        Command::Compare(opts) => {
+            let reference = Reference::load(&opts.reference)?;
+            let files = load_all(&opts.files)?;
+            let refs: Vec<&LabResults> = files.iter().collect();
+            let text = crate::report::compare::render(&refs, &reference, UTF8_FULL_CONDENSED);
+            std::io::stdout().write_all(text.as_bytes())?;
+            Ok(EXIT_OK)
+        }
+        Command::Validate(opts) => {
+            let reference = Reference::load(&opts.reference)?;
+            let path = match &opts.file {
+                Some(p) => p.clone(),
+                None => newest(&lab::default_out())?,
+            };
+            let results = LabResults::load(&path)?;
+            let v = crate::validate::validate(&results, &reference);
+            println!(
+                "{} against {} ({})\n",
+                path.display(),
+                reference.source,
+                reference.machine
+            );
+            print!("{}", v.render(UTF8_FULL_CONDENSED));
+            Ok(if v.passed() {
+                EXIT_OK
+            } else {
+                EXIT_CHECK_FAILED
+            })
+        }
         Command::Calibrate(opts) => {
             let plan = crate::calibrate::CalibratePlan {
                 sleeps: opts.sleeps,
@@ -165,6 +237,118 @@ pub fn execute(cli: Cli) -> Result<i32> {
             Ok(EXIT_OK)
         }
     }
+}
+
+fn load_all(paths: &[PathBuf]) -> Result<Vec<LabResults>> {
+    paths.iter().map(|p| LabResults::load(p)).collect()
+}
+
+/// The newest results file under `out/runs/`, by its creation time.
+fn newest(out: &std::path::Path) -> Result<PathBuf> {
+    let mut best: Option<(Option<String>, PathBuf)> = None;
+    for path in store::list(out)? {
+        let created = LabResults::load(&path)?.created;
+        if best
+            .as_ref()
+            .is_none_or(|(c, p)| (&created, &path) > (c, p))
+        {
+            best = Some((created, path));
+        }
+    }
+    best.map(|(_, p)| p).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{}: no results files; run `make lab` (or `noisylab run`) first",
+            store::runs_dir(out).display()
+        )
+    })
+}
+
+fn report(opts: &ReportOpts) -> Result<i32> {
+    let paths = if opts.files.is_empty() {
+        store::list(&opts.out)?
+    } else {
+        opts.files.clone()
+    };
+    if let Some(format) = opts.format {
+        let path = match paths.as_slice() {
+            [one] => one.clone(),
+            [] => bail!(
+                "{}: no results files to report",
+                store::runs_dir(&opts.out).display()
+            ),
+            _ if opts.files.is_empty() => newest(&opts.out)?,
+            _ => bail!(
+                "--format prints one results file; {} were given",
+                paths.len()
+            ),
+        };
+        let results = LabResults::load(&path)?;
+        std::io::stdout().write_all(&format.exporter().export(&results)?)?;
+        return Ok(EXIT_OK);
+    }
+    if paths.is_empty() {
+        bail!(
+            "{}: no results files; run `make lab` (or `noisylab run`) first",
+            store::runs_dir(&opts.out).display()
+        );
+    }
+    let reference = Reference::load(&opts.reference)?;
+    let files = load_all(&paths)?;
+    let mut sources: Vec<Source<'_>> = paths
+        .iter()
+        .zip(&files)
+        .map(|(p, results)| Source {
+            link: p
+                .strip_prefix(&opts.out)
+                .unwrap_or(p)
+                .to_string_lossy()
+                .replace('\\', "/"),
+            results,
+        })
+        .collect();
+    crate::report::readme::order(&mut sources);
+    let page = crate::report::readme::render(&sources, &reference)?;
+    let plots_dir = opts.out.join("plots");
+    std::fs::create_dir_all(&plots_dir)
+        .with_context(|| format!("{}: cannot create the plots folder", plots_dir.display()))?;
+    for (name, svg) in &page.plots {
+        store::write_atomic(&plots_dir.join(name), svg.as_bytes())?;
+    }
+    remove_stale_plots(&plots_dir, &page.plots)?;
+    let readme = opts.out.join("README.md");
+    store::write_atomic(&readme, page.readme.as_bytes())?;
+    let mut stdout = std::io::stdout().lock();
+    for s in &sources {
+        writeln!(stdout, "{}", s.link)?;
+        stdout.write_all(&Format::Table.exporter().export(s.results)?)?;
+        writeln!(stdout)?;
+    }
+    if files.len() > 1 {
+        let refs: Vec<&LabResults> = sources.iter().map(|s| s.results).collect();
+        stdout.write_all(
+            crate::report::compare::render(&refs, &reference, UTF8_FULL_CONDENSED).as_bytes(),
+        )?;
+    }
+    eprintln!(
+        "wrote {} and {} charts in {}",
+        readme.display(),
+        page.plots.len(),
+        plots_dir.display()
+    );
+    Ok(EXIT_OK)
+}
+
+/// Charts of results files that are gone.
+fn remove_stale_plots(dir: &std::path::Path, keep: &[(String, String)]) -> Result<()> {
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".svg") && !keep.iter().any(|(k, _)| *k == name) {
+            std::fs::remove_file(entry.path()).with_context(|| {
+                format!("{}: cannot remove a stale chart", entry.path().display())
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn run(plan: &RunPlan) -> Result<i32> {

@@ -40,8 +40,10 @@ impl fmt::Display for Warning {
             } => write!(
                 f,
                 "{strategy}: runs disagree by {spread_pct:.0} % on {figure} (more than {:.0} %). \
-                 The machine was probably busy during one run; close other programs and rerun, \
-                 or raise `runs` so the median settles.",
+                 On the real clock a busy machine during one run is the usual cause: close other \
+                 programs and rerun. Where the virtual clock disagrees too, the seeds themselves \
+                 differ (see the README's \"Why the fair queue's waits vary\"); raise `runs` so \
+                 the median settles.",
                 RUN_AGREEMENT * 100.0
             ),
             Warning::TimerOvershoot { strategy, p99_ms } => write!(

@@ -9,10 +9,13 @@
 //! - [`readme`] and [`plot`]: `reports/README.md` and its SVG charts.
 
 pub mod calibration;
+pub mod compare;
 pub mod csv;
 pub mod format;
 pub mod json;
 pub mod markdown;
+pub mod plot;
+pub mod readme;
 pub mod table;
 
 use anyhow::Result;

@@ -1,0 +1,124 @@
+//! The post's published figures, kept as data in `lab/reference/article.toml`,
+//! and the figures that `validate` and `compare` set side by side.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use crate::report::format::{count, ms, secs};
+use crate::results::Figures;
+
+pub const DEFAULT_PATH: &str = "lab/reference/article.toml";
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    pub source: String,
+    /// Where the published figures were measured.
+    pub machine: String,
+    pub runs: u32,
+    pub strategy: Vec<RefStrategy>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefStrategy {
+    pub name: String,
+    pub normal_p50_ms: f64,
+    pub normal_p95_ms: f64,
+    pub normal_p99_ms: f64,
+    #[serde(default)]
+    pub normal_max_ms: Option<f64>,
+    pub noisy_done_s: f64,
+    pub rejected: u64,
+}
+
+impl Reference {
+    pub fn load(path: &Path) -> Result<Reference> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: cannot read the reference figures: {}",
+                path.display(),
+                crate::scenario::io_reason(&e)
+            )
+        })?;
+        toml::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}", e.message()))
+            .with_context(|| format!("{}: invalid reference file", path.display()))
+    }
+
+    pub fn strategy(&self, name: &str) -> Option<&RefStrategy> {
+        self.strategy.iter().find(|s| s.name == name)
+    }
+}
+
+/// One figure of the post's table.
+pub struct FigureDef {
+    pub label: &'static str,
+    pub ours: fn(&Figures) -> Option<f64>,
+    pub post: fn(&RefStrategy) -> Option<f64>,
+    pub show: fn(f64) -> String,
+    /// Below this the post's figure is the machine's dispatch cost, not the
+    /// model's: it needs only be the same order of magnitude or better.
+    pub machine_set_below: f64,
+}
+
+/// The post's columns, in its order, plus the FIFO maximum its text gives.
+pub const FIGURES: &[FigureDef] = &[
+    FigureDef {
+        label: "Normal p50",
+        ours: |f| Some(f.normal_wait_ms.p50),
+        post: |r| Some(r.normal_p50_ms),
+        show: ms,
+        machine_set_below: 1.0,
+    },
+    FigureDef {
+        label: "Normal p95",
+        ours: |f| Some(f.normal_wait_ms.p95),
+        post: |r| Some(r.normal_p95_ms),
+        show: ms,
+        machine_set_below: 1.0,
+    },
+    FigureDef {
+        label: "Normal p99",
+        ours: |f| Some(f.normal_wait_ms.p99),
+        post: |r| Some(r.normal_p99_ms),
+        show: ms,
+        machine_set_below: 1.0,
+    },
+    FigureDef {
+        label: "Normal max",
+        ours: |f| Some(f.normal_wait_ms.max),
+        post: |r| r.normal_max_ms,
+        show: ms,
+        machine_set_below: 1.0,
+    },
+    FigureDef {
+        label: "Noisy tenant, time after burst",
+        ours: |f| f.noisy_done_s,
+        post: |r| Some(r.noisy_done_s),
+        show: |v| secs(Some(v)),
+        machine_set_below: 0.0,
+    },
+    FigureDef {
+        label: "Jobs rejected",
+        ours: |f| Some(f.rejected as f64),
+        post: |r| Some(r.rejected as f64),
+        show: |v| count(v as u64),
+        machine_set_below: 0.0,
+    },
+];
+
+/// `ours / post`, as `×1.02`; `—` when the post's figure is 0.
+pub fn ratio(ours: f64, post: f64) -> String {
+    if post == 0.0 {
+        if ours == 0.0 {
+            "×1".to_string()
+        } else {
+            "—".to_string()
+        }
+    } else {
+        format!("×{}", crate::report::format::sig3(ours / post))
+    }
+}
