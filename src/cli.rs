@@ -76,6 +76,9 @@ pub struct CompareOpts {
     pub files: Vec<PathBuf>,
     #[arg(long, value_name = "FILE", default_value = crate::reference::DEFAULT_PATH)]
     pub reference: PathBuf,
+    /// `table` (terminal) or `markdown`.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }
 
 #[derive(Debug, Args)]
@@ -196,7 +199,12 @@ pub fn execute(cli: Cli) -> Result<i32> {
             let reference = Reference::load(&opts.reference)?;
             let files = load_all(&opts.files)?;
             let refs: Vec<&LabResults> = files.iter().collect();
-            let text = crate::report::compare::render(&refs, &reference, UTF8_FULL_CONDENSED);
+            let style = if opts.format == Format::Markdown {
+                comfy_table::presets::ASCII_MARKDOWN
+            } else {
+                UTF8_FULL_CONDENSED
+            };
+            let text = crate::report::compare::render(&refs, &reference, style);
             std::io::stdout().write_all(text.as_bytes())?;
             Ok(EXIT_OK)
         }
@@ -396,8 +404,13 @@ fn run(plan: &RunPlan) -> Result<i32> {
                 "interrupted: kept {kept} completed run(s) in {}",
                 path.display()
             ),
+            None if kept == 0 => {
+                eprintln!("interrupted before any run completed: nothing to save")
+            }
             None => {
-                eprintln!("interrupted: {kept} completed run(s), nothing saved (no results folder)")
+                eprintln!(
+                    "interrupted: {kept} completed run(s), not saved (virtual clock without --out)"
+                )
             }
         }
         return Ok(EXIT_INTERRUPTED);

@@ -96,12 +96,12 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
     let total_runs = scenario.strategy.len() * scenario.runs as usize;
     let mut strategies = Vec::new();
     let mut interrupted = false;
-    'lab: for strategy in &scenario.strategy {
+    for strategy in &scenario.strategy {
         let pool = pool_for(scenario, strategy);
         let mut runs: Vec<RunResult> = Vec::new();
         for k in 0..scenario.runs {
             let seed = scenario.seed + u64::from(k);
-            let (jobs, stats) = if real {
+            let out = if real {
                 // The virtual clock predicts the run's length for the progress bar.
                 let expected_s = run_virtual(scenario, strategy, seed).1.end as f64 / 1e9;
                 let index = strategies.len() * scenario.runs as usize + k as usize;
@@ -113,28 +113,18 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
                     total_runs,
                     expected_s,
                 );
-                let plan_jobs = load::plan(scenario, seed);
                 let mut sched = AnyScheduler::new(strategy, tenant_count(scenario));
                 let mut clock = RealClock::start(plan.timer);
-                let out =
-                    runtime.block_on(engine::run(&mut clock, &pool, &mut sched, plan_jobs, stop));
+                let jobs = load::plan(scenario, seed);
+                let out = runtime.block_on(engine::run(&mut clock, &pool, &mut sched, jobs, stop));
                 bar.finish();
-                match out {
-                    Ok(out) => out,
-                    Err(engine::Interrupted) => {
-                        interrupted = true;
-                        if !runs.is_empty() {
-                            strategies.push(StrategyResults::new(
-                                strategy.name.clone(),
-                                strategy.describe(),
-                                runs,
-                            ));
-                        }
-                        break 'lab;
-                    }
-                }
+                out
             } else {
-                run_virtual(scenario, strategy, seed)
+                Ok(run_virtual(scenario, strategy, seed))
+            };
+            let Ok((jobs, stats)) = out else {
+                interrupted = true;
+                break;
             };
             runs.push(summarize_run(
                 scenario,
@@ -146,24 +136,24 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
             ));
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 interrupted = true;
-                strategies.push(StrategyResults::new(
-                    strategy.name.clone(),
-                    strategy.describe(),
-                    runs,
-                ));
-                break 'lab;
+                break;
             }
         }
-        strategies.push(StrategyResults::new(
-            strategy.name.clone(),
-            strategy.describe(),
-            runs,
-        ));
+        if !runs.is_empty() {
+            strategies.push(StrategyResults::new(
+                strategy.name.clone(),
+                strategy.describe(),
+                runs,
+            ));
+        }
+        if interrupted {
+            break;
+        }
     }
     if real {
         machine.load_end = Machine::load_now();
     }
-    let results = LabResults {
+    let mut results = LabResults {
         schema: SCHEMA_VERSION,
         tool: env!("CARGO_PKG_VERSION").to_string(),
         scenario: scenario.clone(),
@@ -179,8 +169,10 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
         } else {
             None
         },
+        warnings: Vec::new(),
         strategies,
     };
+    results.warnings = crate::output::warnings::check(&results);
     Ok(LabOutcome {
         results,
         interrupted,

@@ -55,6 +55,9 @@ pub struct LabResults {
     /// Peak resident memory of the process during the lab, in MiB; real clock only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_mib: Option<f64>,
+    /// What a person should know about these figures, each with cause and fix.
+    #[serde(default)]
+    pub warnings: Vec<crate::output::warnings::Warning>,
     pub strategies: Vec<StrategyResults>,
 }
 

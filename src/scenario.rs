@@ -150,7 +150,12 @@ impl Scenario {
         let scenario: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
             let inner = e.into_inner();
-            let at = inner.span().map(|s| line_col(text, s.start));
+            // A missing key has no place of its own (its span is the whole table).
+            let at = if inner.message().starts_with("missing field") {
+                None
+            } else {
+                inner.span().map(|s| line_col(text, s.start))
+            };
             let key = if key == "." { String::new() } else { key };
             err(at, key, describe_serde(inner.message()))
         })?;
@@ -206,6 +211,16 @@ impl Scenario {
                 return fail(
                     &format!("burst[{i}].at_s"),
                     format!("must be 0 or more seconds, found {}", b.at_s),
+                );
+            }
+            if b.at_s >= self.traffic_s {
+                return fail(
+                    &format!("burst[{i}].at_s"),
+                    format!(
+                        "{} s is not before traffic_s = {} s, so no normal job would run beside the burst; \
+                         move the burst earlier or raise traffic_s",
+                        b.at_s, self.traffic_s
+                    ),
                 );
             }
             if b.jobs == 0 {

@@ -234,8 +234,8 @@ fn checks(results: &LabResults, reference: &Reference) -> Vec<Check> {
                         )
                     } else {
                         format!(
-                            "{:.0}× ({} against {})",
-                            factor,
+                            "{}× ({} against {})",
+                            crate::report::format::count(factor.round() as u64),
                             crate::report::format::ms(p95),
                             crate::report::format::ms(base.median.normal_wait_ms.p95)
                         )
@@ -248,14 +248,7 @@ fn checks(results: &LabResults, reference: &Reference) -> Vec<Check> {
     // 2. FIFO: noisy done ≈ 10.1 s, normal p95 ≈ 9.6 s.
     match (fifo, post("Shared FIFO")) {
         (Some((s, _)), Some(p)) => {
-            out.push(check(
-                format!(
-                    "Shared FIFO: noisy tenant done after ≈ {} s (within 5 %)",
-                    p.noisy_done_s
-                ),
-                close(done(&s.median), p.noisy_done_s, CLOSE),
-                format!("{:.2} s", done(&s.median)),
-            ));
+            out.push(done_check(s, p.noisy_done_s, "noisy tenant done"));
             out.push(check(
                 format!(
                     "Shared FIFO: normal p95 ≈ {:.1} s (within 5 %)",
@@ -286,14 +279,7 @@ fn checks(results: &LabResults, reference: &Reference) -> Vec<Check> {
             ));
             continue;
         };
-        out.push(check(
-            format!(
-                "{}: noisy tenant done after ≈ {} s (within 5 %)",
-                s.name, p.noisy_done_s
-            ),
-            close(done(&s.median), p.noisy_done_s, CLOSE),
-            format!("{:.2} s", done(&s.median)),
-        ));
+        out.push(done_check(s, p.noisy_done_s, "noisy tenant done"));
         let idle = s.median.idle_workers_while_waiting_in_traffic;
         let expected = expected_idle(results, def);
         out.push(check(
@@ -325,14 +311,7 @@ fn checks(results: &LabResults, reference: &Reference) -> Vec<Check> {
                 ),
             ));
             if let Some(p) = post(&s.name) {
-                out.push(check(
-                    format!(
-                        "{}: noisy tenant done after ≈ {} s (within 5 %)",
-                        s.name, p.noisy_done_s
-                    ),
-                    close(done(&s.median), p.noisy_done_s, CLOSE),
-                    format!("{:.2} s", done(&s.median)),
-                ));
+                out.push(done_check(s, p.noisy_done_s, "noisy tenant done"));
             }
             if let (Some((base, _)), Some((cap, _))) = (fifo, capped.first()) {
                 let fair_cost = done(&s.median) - done(&base.median);
@@ -388,14 +367,7 @@ fn checks(results: &LabResults, reference: &Reference) -> Vec<Check> {
                 crate::report::format::count(s.median.rejected)
             ),
         ));
-        out.push(check(
-            format!(
-                "{}: accepted work done after ≈ {} s (within 5 %)",
-                s.name, p.noisy_done_s
-            ),
-            close(done(&s.median), p.noisy_done_s, CLOSE),
-            format!("{:.2} s", done(&s.median)),
-        ));
+        out.push(done_check(s, p.noisy_done_s, "accepted work done"));
     }
 
     // 6. Runs agree within 8 % on the p95 where it is above a millisecond.
@@ -425,6 +397,16 @@ fn checks(results: &LabResults, reference: &Reference) -> Vec<Check> {
         ));
     }
     out
+}
+
+/// The noisy tenant's time after its burst against the post's, within 5 %.
+fn done_check(s: &StrategyResults, post_s: f64, what: &str) -> Check {
+    let ours = s.median.noisy_done_s.unwrap_or(f64::NAN);
+    check(
+        format!("{}: {what} after ≈ {post_s} s (within 5 %)", s.name),
+        close(ours, post_s, CLOSE),
+        format!("{ours:.2} s"),
+    )
 }
 
 /// Workers idle while a capped tenant's jobs wait: the pool, less its cap,

@@ -62,11 +62,13 @@ pub enum Timer {
     Tokio,
 }
 
-/// How early the precise timer's coarse tokio sleep ends. tokio rounds a
-/// deadline up to its next millisecond tick and epoll waits in whole
-/// milliseconds, so the coarse sleep may end up to about 2 ms after the
-/// instant it is asked for; asking for 2 ms early keeps it ahead.
-pub const PRECISE_MARGIN: Duration = Duration::from_millis(2);
+/// How early the precise timer's tokio sleep ends, to spin the rest. tokio
+/// rounds a deadline up to its next millisecond tick and epoll waits in whole
+/// milliseconds, so that sleep may end up to about 2 ms after the instant it
+/// is asked for, and a little more on a busy machine; 3 ms early keeps it
+/// ahead. Spinning, unlike a second, finer sleep, keeps the CPU: on a loaded
+/// machine a thread that sleeps may wait hundreds of microseconds to run again.
+pub const PRECISE_MARGIN: Duration = Duration::from_millis(3);
 
 /// Wall-clock time from the moment the clock is made. Needs a tokio runtime
 /// with the time driver enabled.

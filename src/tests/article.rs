@@ -155,3 +155,22 @@ fn medians_and_spread_come_from_the_runs() {
         vec![1, 2, 3]
     );
 }
+
+/// The virtual clock keeps every instant to the nanosecond: sub-millisecond
+/// arrival phases are submitted exactly when planned, and a job holds its
+/// worker exactly `job_ms` (checked in `check_invariants`).
+#[test]
+fn the_virtual_clock_keeps_sub_millisecond_instants() {
+    let scenario = article();
+    let (jobs, _) = lab::run_virtual(&scenario, &scenario.strategy[3], 1);
+    assert!(
+        jobs.iter().all(|j| j.enqueued == j.planned),
+        "no arrival moved"
+    );
+    let sub_ms = jobs.iter().filter(|j| j.planned % 1_000_000 != 0).count();
+    assert!(
+        sub_ms > 400,
+        "random phases are not rounded to milliseconds: {sub_ms}"
+    );
+    assert!(jobs.iter().all(|j| j.finished - j.started == 100_000_000));
+}
