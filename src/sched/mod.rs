@@ -61,11 +61,18 @@ impl Limits {
     }
 }
 
+/// One tenant's waiting jobs and running count, kept side by side so a
+/// scheduling step touches one cache line of tenant state, not two.
+#[derive(Debug, Default)]
+struct Tenant {
+    queue: VecDeque<JobId>,
+    running: u32,
+}
+
 /// Per-tenant queues and in-flight counts, the state both disciplines share.
 #[derive(Debug)]
 pub(crate) struct Tenants {
-    queue: Vec<VecDeque<JobId>>,
-    running: Vec<u32>,
+    tenants: Vec<Tenant>,
     limits: Limits,
     queued: usize,
 }
@@ -73,8 +80,7 @@ pub(crate) struct Tenants {
 impl Tenants {
     pub(crate) fn new(tenants: usize, limits: Limits) -> Tenants {
         Tenants {
-            queue: (0..tenants).map(|_| VecDeque::new()).collect(),
-            running: vec![0; tenants],
+            tenants: (0..tenants).map(|_| Tenant::default()).collect(),
             limits,
             queued: 0,
         }
@@ -83,45 +89,42 @@ impl Tenants {
     /// Append a job; `Ok(true)` when this made the tenant ready to be served.
     #[inline]
     pub(crate) fn admit(&mut self, tenant: TenantId, job: JobId) -> Result<bool, Rejected> {
-        let t = tenant as usize;
-        let q = &mut self.queue[t];
-        let waiting = q.len() as u32;
+        let t = &mut self.tenants[tenant as usize];
+        let waiting = t.queue.len() as u32;
         if waiting >= self.limits.limit {
             return Err(Rejected { waiting });
         }
-        q.push_back(job);
+        t.queue.push_back(job);
         self.queued += 1;
-        Ok(waiting == 0 && self.running[t] < self.limits.cap)
+        Ok(waiting == 0 && t.running < self.limits.cap)
     }
 
     /// Pop the tenant's oldest job and count it running; also says whether
     /// the tenant is still ready (work left and below its cap).
     #[inline]
     pub(crate) fn start_next(&mut self, tenant: TenantId) -> (JobId, bool) {
-        let t = tenant as usize;
-        let job = self.queue[t]
+        let t = &mut self.tenants[tenant as usize];
+        let job = t
+            .queue
             .pop_front()
             .expect("a ready tenant has a job waiting");
         self.queued -= 1;
-        self.running[t] += 1;
-        (
-            job,
-            !self.queue[t].is_empty() && self.running[t] < self.limits.cap,
-        )
+        t.running += 1;
+        (job, !t.queue.is_empty() && t.running < self.limits.cap)
     }
 
     /// Count one job of the tenant finished; `true` when this made it ready.
     #[inline]
     pub(crate) fn finish(&mut self, tenant: TenantId) -> bool {
-        let t = tenant as usize;
-        let was_capped = self.running[t] == self.limits.cap;
-        self.running[t] -= 1;
-        was_capped && !self.queue[t].is_empty()
+        let t = &mut self.tenants[tenant as usize];
+        let was_capped = t.running == self.limits.cap;
+        t.running -= 1;
+        was_capped && !t.queue.is_empty()
     }
 
     #[inline]
     pub(crate) fn head(&self, tenant: TenantId) -> JobId {
-        self.queue[tenant as usize][0]
+        self.tenants[tenant as usize].queue[0]
     }
 
     pub(crate) fn queued(&self) -> usize {
