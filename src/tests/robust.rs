@@ -292,7 +292,8 @@ fn a_second_ctrl_c_exits_at_once() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Long enough for the handler to be in place (it is, before calibration).
+    std::thread::sleep(Duration::from_millis(1000));
     sigint(&child);
     std::thread::sleep(Duration::from_millis(100));
     sigint(&child);
