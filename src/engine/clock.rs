@@ -86,10 +86,6 @@ impl RealClock {
             timer,
         }
     }
-
-    pub fn timer(&self) -> Timer {
-        self.timer
-    }
 }
 
 impl Clock for RealClock {

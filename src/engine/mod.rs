@@ -50,10 +50,6 @@ impl JobRecord {
             tenant,
         }
     }
-
-    pub fn rejected(&self) -> bool {
-        self.enqueued != NEVER && self.started == NEVER
-    }
 }
 
 /// The pool a run uses.
