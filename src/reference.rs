@@ -36,13 +36,7 @@ pub struct RefStrategy {
 
 impl Reference {
     pub fn load(path: &Path) -> Result<Reference> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: cannot read the reference figures: {}",
-                path.display(),
-                crate::scenario::io_reason(&e)
-            )
-        })?;
+        let text = crate::store::read_text(path, "the reference figures")?;
         toml::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{}", e.message()))
             .with_context(|| format!("{}: invalid reference file", path.display()))

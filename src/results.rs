@@ -385,13 +385,7 @@ impl LabResults {
 
     /// Read a results file; errors name the file and what is wrong with it.
     pub fn load(path: &Path) -> Result<LabResults> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: cannot read results file: {}",
-                path.display(),
-                crate::scenario::io_reason(&e)
-            )
-        })?;
+        let text = crate::store::read_text(path, "results file")?;
         LabResults::parse(path, &text)
     }
 

@@ -71,6 +71,17 @@ pub fn save(out: &Path, results: &LabResults) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// A file's text, or one line: `PATH: cannot read WHAT: why`.
+pub fn read_text(path: &Path, what: &str) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: cannot read {what}: {}",
+            path.display(),
+            crate::scenario::io_reason(&e)
+        )
+    })
+}
+
 /// Every results file under `out/runs/`, sorted by name.
 pub fn list(out: &Path) -> Result<Vec<PathBuf>> {
     let dir = runs_dir(out);
