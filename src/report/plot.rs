@@ -5,7 +5,7 @@
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
-use crate::results::{LabResults, RunResult};
+use crate::results::{LabResults, RawRun};
 
 const WIDTH: u32 = 960;
 /// Waits below this (including 0) are drawn at it, so a log axis can show them.
@@ -23,17 +23,32 @@ fn palette(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
 }
 
-fn first_runs(results: &LabResults) -> Vec<(&str, &RunResult)> {
+/// Each strategy's first run that kept its traces.
+fn first_runs(results: &LabResults) -> Vec<(&str, &RawRun)> {
     results
         .strategies
         .iter()
         .filter_map(|s| {
             s.runs
                 .iter()
-                .find(|r| r.raw.is_some())
-                .map(|r| (s.name.as_str(), r))
+                .find_map(|r| r.raw.as_ref())
+                .map(|raw| (s.name.as_str(), raw))
         })
         .collect()
+}
+
+/// The legend box every chart draws.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
 }
 
 fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
@@ -49,11 +64,11 @@ pub fn waits(results: &LabResults) -> Result<String> {
         root.fill(&WHITE).map_err(err)?;
         let t_max = runs
             .iter()
-            .flat_map(|(_, r)| r.raw.as_ref().unwrap().normal_waits.iter().map(|p| p[0]))
+            .flat_map(|(_, r)| r.normal_waits.iter().map(|p| p[0]))
             .fold(1.0, f64::max);
         let w_max = runs
             .iter()
-            .flat_map(|(_, r)| r.raw.as_ref().unwrap().normal_waits.iter().map(|p| p[1]))
+            .flat_map(|(_, r)| r.normal_waits.iter().map(|p| p[1]))
             .fold(1.0, f64::max);
         let mut chart = ChartBuilder::on(&root)
             .caption(
@@ -74,9 +89,6 @@ pub fn waits(results: &LabResults) -> Result<String> {
         for (i, (name, run)) in runs.iter().enumerate() {
             let color = palette(i);
             let points = run
-                .raw
-                .as_ref()
-                .unwrap()
                 .normal_waits
                 .iter()
                 .map(|p| (p[0], p[1].max(WAIT_FLOOR_MS)));
@@ -86,12 +98,7 @@ pub fn waits(results: &LabResults) -> Result<String> {
                 .label(*name)
                 .legend(move |(x, y)| Circle::new((x + 6, y), 4, color.filled()));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
@@ -109,7 +116,7 @@ pub fn busy(results: &LabResults) -> Result<String> {
         root.fill(&WHITE).map_err(err)?;
         let panels = root.split_evenly((runs.len().max(1), 1));
         for ((name, run), panel) in runs.iter().zip(panels.iter()) {
-            let occ = &run.raw.as_ref().unwrap().occupancy;
+            let occ = &run.occupancy;
             let step = occ.step_ms / 1e3;
             let t_max = (occ.busy_normal.len() as f64 * step).max(step);
             let mut chart = ChartBuilder::on(panel)
@@ -149,13 +156,7 @@ pub fn busy(results: &LabResults) -> Result<String> {
                 .map_err(err)?
                 .label("normal")
                 .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], palette(1)));
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(err)?;
+            legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         }
         root.present().map_err(err)?;
     }
@@ -172,7 +173,7 @@ pub fn queued(results: &LabResults) -> Result<String> {
         let mut t_max: f64 = 1.0;
         let mut q_max: f64 = 1.0;
         for (_, r) in &runs {
-            let occ = &r.raw.as_ref().unwrap().occupancy;
+            let occ = &r.occupancy;
             t_max = t_max.max(occ.queued.len() as f64 * occ.step_ms / 1e3);
             q_max = q_max.max(occ.queued.iter().copied().max().unwrap_or(0) as f64);
         }
@@ -193,7 +194,7 @@ pub fn queued(results: &LabResults) -> Result<String> {
             .draw()
             .map_err(err)?;
         for (i, (name, run)) in runs.iter().enumerate() {
-            let occ = &run.raw.as_ref().unwrap().occupancy;
+            let occ = &run.occupancy;
             let step = occ.step_ms / 1e3;
             let color = palette(i);
             chart
@@ -208,12 +209,7 @@ pub fn queued(results: &LabResults) -> Result<String> {
                 .label(*name)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
