@@ -4,12 +4,12 @@
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{self, JobRecord, Pool, RealClock, Timer};
-use crate::results::{Percentiles, new_histogram, percentiles};
 use crate::sched::{Fifo, Limits};
+use crate::stats::{Percentiles, new_histogram, percentiles, record};
 
 /// Targets from the project's precision issue, shown beside the measurements.
 pub const TARGET_OVERSHOOT_P50_MS: f64 = 0.05;
@@ -59,10 +59,7 @@ pub struct Calibration {
 }
 
 pub fn run(plan: CalibratePlan) -> Result<Calibration> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .context("cannot start the tokio runtime")?;
+    let runtime = engine::clock::runtime(engine::clock::Drivers::Timers)?;
     let (precise, early) = runtime.block_on(measure_timer(Timer::Precise, plan));
     let (tokio, _) = runtime.block_on(measure_timer(Timer::Tokio, plan));
     let floor = runtime.block_on(measure_dispatch(plan.dispatches));
@@ -92,7 +89,7 @@ pub async fn measure_timer(
         }
         let woke = Instant::now();
         match woke.checked_duration_since(target) {
-            Some(late) => h.record(late.as_nanos() as u64).expect("auto-resizing"),
+            Some(late) => record(&mut h, late.as_nanos() as u64),
             None => early += 1,
         }
     }
@@ -135,10 +132,7 @@ mod tests {
     /// Real clock, a quarter of a second: the precise timer never wakes early.
     #[test]
     fn the_precise_timer_never_fires_early() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let runtime = engine::clock::runtime(engine::clock::Drivers::Timers).unwrap();
         let plan = CalibratePlan {
             sleeps: 50,
             sleep: Duration::from_millis(5),

@@ -1,22 +1,39 @@
 //! noisylab: a lab harness that measures how multi-tenant job schedulers
 //! treat their tenants.
 //!
-//! The pipeline, one module a stage:
+//! The pipeline: a [`scenario`] is parsed and checked; the [`lab`] runs each
+//! of its strategies on the [`engine`] (load generator, worker pool, the two
+//! clocks) with a queue discipline from [`sched`]; the figures land in one
+//! [`results`] type, which [`store`] saves and reads back, [`validate`]
+//! judges against the post's [`reference`] figures, and [`report`] prints in
+//! every format. [`cli`] parses options into typed plans and dispatches.
 //!
-//! - [`scenario`]: parse and validate a TOML scenario (`lab/*.toml`).
-//! - [`engine`]: the load generator, the worker pool's event loop and the
-//!   two clocks (real timers, or a deterministic virtual clock).
-//! - [`sched`]: the queue disciplines, one file each behind one trait.
-//! - [`lab`]: every strategy of a scenario, `runs` times each.
-//! - [`results`]: one serializable type for the figures, units in the names.
-//! - [`report`]: one exporter per format; [`validate`] checks a machine's
-//!   results against the post; [`store`] reads and writes results files.
-//! - [`output`]: progress bars and typed warnings.
-//! - [`cli`]: options parsed into a typed plan, then run.
+//! # Layout
+//!
+//! Layers, bottom first. A module may use the modules of the layers below
+//! its own and nothing above it, and the modules of one layer do not use
+//! each other, so the `use crate::…` graph has no cycle. The test
+//! `src/tests/layout.rs` reads this list and checks every `crate::` path in
+//! `src/` against it.
+//!
+//! 1. `units`, `stats`, `fsio`, `machine`: leaves: number formatting,
+//!    percentiles and the histogram codec, reading a file, the host's facts.
+//! 2. `scenario`: TOML scenarios, parsed and validated.
+//! 3. `sched`: the queue disciplines behind one trait.
+//! 4. `engine`: the arrival plan, the event loop, the two clocks.
+//! 5. `calibrate`, `output`: the timers' own error; progress bars and the
+//!    warning type.
+//! 6. `results`: the data model of a lab's figures.
+//! 7. `lab`, `store`, `reference`: running a lab and summarising it; results
+//!    files on disk; the post's figures.
+//! 8. `validate`: the post's claims checked against results.
+//! 9. `report`: every output format, the report site, validation rendered.
+//! 10. `cli`: options, plans, one function per command.
 
 pub mod calibrate;
 pub mod cli;
 pub mod engine;
+pub mod fsio;
 pub mod lab;
 pub mod machine;
 pub mod output;
@@ -25,5 +42,7 @@ pub mod report;
 pub mod results;
 pub mod scenario;
 pub mod sched;
+pub mod stats;
 pub mod store;
+pub mod units;
 pub mod validate;

@@ -6,8 +6,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use crate::report::format::{count, ms, secs};
 use crate::results::Figures;
+use crate::units::{count, ms, secs};
 
 pub const DEFAULT_PATH: &str = "lab/reference/article.toml";
 
@@ -36,7 +36,7 @@ pub struct RefStrategy {
 
 impl Reference {
     pub fn load(path: &Path) -> Result<Reference> {
-        let text = crate::store::read_text(path, "the reference figures")?;
+        let text = crate::fsio::read_text(path, "the reference figures")?;
         toml::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{}", e.message()))
             .with_context(|| format!("{}: invalid reference file", path.display()))
@@ -103,16 +103,3 @@ pub const FIGURES: &[FigureDef] = &[
         machine_set_below: 0.0,
     },
 ];
-
-/// `ours / post`, as `×1.02`; `—` when the post's figure is 0.
-pub fn ratio(ours: f64, post: f64) -> String {
-    if post == 0.0 {
-        if ours == 0.0 {
-            "×1".to_string()
-        } else {
-            "—".to_string()
-        }
-    } else {
-        format!("×{}", crate::report::format::sig3(ours / post))
-    }
-}

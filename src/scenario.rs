@@ -126,7 +126,7 @@ impl Scenario {
             file: path.to_owned(),
             at: None,
             key: String::new(),
-            message: format!("cannot read scenario file: {}", io_reason(&e)),
+            message: format!("cannot read scenario file: {}", crate::fsio::io_reason(&e)),
         })?;
         Scenario::parse(path, &text)
     }
@@ -202,7 +202,31 @@ impl Scenario {
                 );
             }
         }
-        let mut burst_names: Vec<&str> = Vec::new();
+        self.check_bursts()?;
+        if self.normal_jobs_per_run() == 0 {
+            return fail(
+                "normal",
+                "no normal jobs would be sent before traffic_s, so there is no wait to measure; \
+                 raise normal.tenants, normal.rate_per_s or traffic_s"
+                    .into(),
+            );
+        }
+        self.check_strategies()?;
+        let jobs = self.jobs_per_run();
+        if jobs > MAX_JOBS_PER_RUN {
+            return fail(
+                "",
+                format!(
+                    "one run would plan {jobs} jobs (about {} MiB of job records); at most {MAX_JOBS_PER_RUN} are allowed",
+                    jobs * 40 / (1 << 20)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    fn check_bursts(&self) -> Result<(), (String, String)> {
+        let fail = |key: &str, msg: String| Err((key.to_owned(), msg));
         for (i, b) in self.burst.iter().enumerate() {
             if b.tenant.trim().is_empty() {
                 return fail(&format!("burst[{i}].tenant"), "must not be empty".into());
@@ -229,18 +253,12 @@ impl Scenario {
                     "must be at least 1, found 0".into(),
                 );
             }
-            if !burst_names.contains(&b.tenant.as_str()) {
-                burst_names.push(&b.tenant);
-            }
         }
-        if self.normal_jobs_per_run() == 0 {
-            return fail(
-                "normal",
-                "no normal jobs would be sent before traffic_s, so there is no wait to measure; \
-                 raise normal.tenants, normal.rate_per_s or traffic_s"
-                    .into(),
-            );
-        }
+        Ok(())
+    }
+
+    fn check_strategies(&self) -> Result<(), (String, String)> {
+        let fail = |key: &str, msg: String| Err((key.to_owned(), msg));
         if self.strategy.is_empty() {
             return fail(
                 "strategy",
@@ -272,16 +290,6 @@ impl Scenario {
                     "must be at least 1 (leave it out for no limit), found 0".into(),
                 );
             }
-        }
-        let jobs = self.jobs_per_run();
-        if jobs > MAX_JOBS_PER_RUN {
-            return fail(
-                "",
-                format!(
-                    "one run would plan {jobs} jobs (about {} MiB of job records); at most {MAX_JOBS_PER_RUN} are allowed",
-                    jobs * 40 / (1 << 20)
-                ),
-            );
         }
         Ok(())
     }
@@ -335,19 +343,121 @@ impl Scenario {
 }
 
 impl Strategy {
+    /// What the strategy is, without its name.
+    pub fn discipline(&self) -> Discipline {
+        Discipline {
+            queue: self.queue,
+            cap: self.cap,
+            limit: self.limit,
+        }
+    }
+
     /// A short description of the discipline, such as `fair, cap 4, limit 100`.
     pub fn describe(&self) -> String {
-        let mut out = match self.queue {
-            Queue::Fifo => "fifo".to_string(),
-            Queue::Fair => "fair".to_string(),
-        };
+        self.discipline().to_string()
+    }
+}
+
+/// A strategy's queue discipline and limits, written as `fair, cap 4, limit
+/// 100` in results files (the `queue` key) and parsed back from that text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Discipline {
+    pub queue: Queue,
+    pub cap: Option<u32>,
+    pub limit: Option<u32>,
+}
+
+/// What a discipline is for, as the post sorts its strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `fifo` with neither cap nor limit: the baseline every fix is judged against.
+    SharedFifo,
+    /// A cap and no limit.
+    Capped,
+    /// `fair` with neither cap nor limit: work-conserving.
+    Fair,
+    /// A queue limit (with or without a cap).
+    Limited,
+}
+
+impl Discipline {
+    pub fn kind(&self) -> Kind {
+        match (self.queue, self.cap, self.limit) {
+            (_, _, Some(_)) => Kind::Limited,
+            (_, Some(_), None) => Kind::Capped,
+            (Queue::Fair, None, None) => Kind::Fair,
+            (Queue::Fifo, None, None) => Kind::SharedFifo,
+        }
+    }
+}
+
+impl fmt::Display for Discipline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.queue.key())?;
         if let Some(cap) = self.cap {
-            out.push_str(&format!(", cap {cap}"));
+            write!(f, ", cap {cap}")?;
         }
         if let Some(limit) = self.limit {
-            out.push_str(&format!(", limit {limit}"));
+            write!(f, ", limit {limit}")?;
         }
-        out
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for Discipline {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Discipline, String> {
+        let mut parts = text.split(", ");
+        let queue = match parts.next() {
+            Some("fifo") => Queue::Fifo,
+            Some("fair") => Queue::Fair,
+            _ => {
+                return Err(format!(
+                    "queue {text:?}: expected `fifo` or `fair`, then `, cap N` and `, limit N`"
+                ));
+            }
+        };
+        let mut d = Discipline {
+            queue,
+            cap: None,
+            limit: None,
+        };
+        for part in parts {
+            let bad =
+                || format!("queue {text:?}: cannot read {part:?}; expected `cap N` or `limit N`");
+            let (key, n) = part.split_once(' ').ok_or_else(bad)?;
+            let n: u32 = n.parse().map_err(|_| bad())?;
+            match key {
+                "cap" if d.cap.is_none() => d.cap = Some(n),
+                "limit" if d.limit.is_none() => d.limit = Some(n),
+                _ => return Err(bad()),
+            }
+        }
+        Ok(d)
+    }
+}
+
+impl Serialize for Discipline {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Discipline {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Discipline, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Queue {
+    /// The scenario file's word for it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Queue::Fifo => "fifo",
+            Queue::Fair => "fair",
+        }
     }
 }
 
@@ -413,12 +523,4 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)
-}
-
-pub(crate) fn io_reason(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".into(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
-        _ => e.to_string(),
-    }
 }

@@ -1,43 +1,121 @@
 //! Validate a machine's results against the post: every figure beside the
-//! published one, then the post's claims as checks that pass or fail.
+//! published one, then the post's claims as checks that pass, fail or could
+//! not run. This module computes; `report::validation` renders.
 //!
-//! Strategies are found by what they are, not by name: the baseline is `fifo`
-//! with neither cap nor limit, the capped ones have a cap and no limit, the
-//! work-conserving fair queue has neither, the limited one has a limit.
+//! Strategies are found by what they are ([`Kind`]), never by name: the
+//! baseline is `fifo` with neither cap nor limit, the capped ones have a cap
+//! and no limit, the work-conserving fair queue has neither, the limited one
+//! has a limit. The post's figures are then looked up under the name the
+//! results give that strategy.
 
-use std::fmt::Write as _;
+use std::fmt;
 
-use comfy_table::{Table, TableStyle};
-use serde::Serialize;
-
-use crate::reference::{FIGURES, Reference, ratio};
-use crate::results::{Figures, LabResults, StrategyResults};
-use crate::scenario::{Queue, Strategy};
+use crate::output::warnings::RUN_AGREEMENT;
+use crate::reference::{FIGURES, RefStrategy, Reference};
+use crate::results::{LabResults, StrategyResults};
+use crate::scenario::Kind;
+use crate::units::{count, ms, pct, ratio, sig3};
 
 /// "Within 5 %" of a published figure.
 pub const CLOSE: f64 = 0.05;
 /// Every fix must beat FIFO by this much on the normal tenants' p95.
 pub const FIX_FACTOR: f64 = 350.0;
+/// The rejected count must be this close to the post's.
+pub const REJECTED_CLOSE: f64 = 0.01;
+/// What the work-conserving fair queue costs the noisy tenant against FIFO,
+/// as the post says it, and how far from it a machine may be.
+pub const FAIR_COST_S: f64 = 2.0;
+pub const FAIR_COST_SLACK_S: f64 = 1.0;
+/// Idle workers while capped jobs wait may be this far from the arithmetic.
+pub const IDLE_SLACK: f64 = 1.0;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// How one figure compares with the post's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// The post's figure is below a millisecond: the harness's dispatch cost
+    /// on the post's machine, which ours need only match in order.
+    MachineSet(MachineSet),
+    /// Within [`CLOSE`] of the post's.
+    Within,
+    /// Off by this fraction (`None`: the post's figure is 0 and ours is not).
+    Differs(Option<f64>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MachineSet {
+    Better,
+    SameOrder,
+    /// More than ten times the post's; `factor` is ours ÷ the post's.
+    Worse {
+        factor: f64,
+    },
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::MachineSet(MachineSet::Better) => f.write_str("machine-set: better"),
+            Verdict::MachineSet(MachineSet::SameOrder) => f.write_str("machine-set: same order"),
+            Verdict::MachineSet(MachineSet::Worse { factor }) => {
+                let shown = if factor.is_finite() {
+                    format!("×{}", sig3(*factor))
+                } else {
+                    "—".to_string()
+                };
+                write!(f, "machine-set: worse ({shown})")
+            }
+            Verdict::Within => write!(f, "within {}", pct(CLOSE)),
+            Verdict::Differs(None) => f.write_str("differs"),
+            Verdict::Differs(Some(off)) => write!(f, "differs by {:+.0} %", off * 100.0),
+        }
+    }
+}
+
+/// One figure of one strategy beside the post's, formatted for display.
+#[derive(Debug, Clone, PartialEq)]
 pub struct FigureRow {
     pub strategy: String,
-    pub figure: String,
+    pub figure: &'static str,
     pub ours: String,
     pub post: String,
     pub ratio: String,
-    pub verdict: String,
+    pub verdict: Verdict,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Pass,
+    Fail,
+    /// The results lack what the check needs: it neither passes nor fails.
+    NotRun,
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct Check {
     pub claim: String,
-    /// `None`: the results lack what the check needs (it neither passes nor fails).
-    pub pass: Option<bool>,
+    pub outcome: Outcome,
     pub detail: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+impl Check {
+    fn new(claim: String, pass: bool, detail: String) -> Check {
+        Check {
+            claim,
+            outcome: if pass { Outcome::Pass } else { Outcome::Fail },
+            detail,
+        }
+    }
+
+    fn not_run(claim: impl Into<String>, why: impl Into<String>) -> Check {
+        Check {
+            claim: claim.into(),
+            outcome: Outcome::NotRun,
+            detail: why.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct Validation {
     pub figures: Vec<FigureRow>,
     pub checks: Vec<Check>,
@@ -45,61 +123,34 @@ pub struct Validation {
 
 impl Validation {
     pub fn passed(&self) -> bool {
-        self.checks.iter().all(|c| c.pass != Some(false))
+        self.failed() == 0
     }
 
     pub fn failed(&self) -> usize {
-        self.checks.iter().filter(|c| c.pass == Some(false)).count()
+        self.count(Outcome::Fail)
     }
 
-    pub fn render(&self, style: TableStyle) -> String {
-        let mut figures = Table::new();
-        figures.load_style(style);
-        figures.set_header(vec![
-            "Strategy", "Figure", "Ours", "Post", "Ratio", "Verdict",
-        ]);
-        for r in &self.figures {
-            figures.add_row(vec![
-                &r.strategy,
-                &r.figure,
-                &r.ours,
-                &r.post,
-                &r.ratio,
-                &r.verdict,
-            ]);
-        }
-        let mut checks = Table::new();
-        checks.load_style(style);
-        checks.set_header(vec!["Check", "Claim", "Measured"]);
-        for c in &self.checks {
-            let mark = match c.pass {
-                Some(true) => "pass",
-                Some(false) => "FAIL",
-                None => "not run",
-            };
-            checks.add_row(vec![mark, &c.claim, &c.detail]);
-        }
-        let mut out = String::new();
-        let _ = writeln!(out, "{figures}\n\n{checks}\n");
-        let ran = self.checks.iter().filter(|c| c.pass.is_some()).count();
-        let _ = writeln!(
-            out,
-            "{}: {} of {ran} checks hold.",
-            if self.passed() {
-                "validated"
-            } else {
-                "not validated"
-            },
-            ran - self.failed()
-        );
-        out
+    /// Checks that ran (passed or failed).
+    pub fn ran(&self) -> usize {
+        self.checks.len() - self.count(Outcome::NotRun)
+    }
+
+    fn count(&self, outcome: Outcome) -> usize {
+        self.checks.iter().filter(|c| c.outcome == outcome).count()
     }
 }
 
 pub fn validate(results: &LabResults, reference: &Reference) -> Validation {
+    let lab = Lab { results, reference };
+    let mut checks = fixes_beat_fifo(&lab);
+    checks.extend(shared_fifo(&lab));
+    checks.extend(caps(&lab));
+    checks.extend(fair_queue(&lab));
+    checks.extend(queue_limits(&lab));
+    checks.extend(runs_agree(&lab));
     Validation {
         figures: figure_rows(results, reference),
-        checks: checks(results, reference),
+        checks,
     }
 }
 
@@ -113,32 +164,37 @@ fn figure_rows(results: &LabResults, reference: &Reference) -> Vec<FigureRow> {
             let (Some(ours), Some(theirs)) = ((def.ours)(&s.median), (def.post)(post)) else {
                 continue;
             };
-            let verdict = if theirs < def.machine_set_below {
-                if ours <= theirs {
-                    "machine-set: better".to_string()
-                } else if ours <= theirs * 10.0 {
-                    "machine-set: same order".to_string()
-                } else {
-                    format!("machine-set: worse ({})", ratio(ours, theirs))
-                }
-            } else if close(ours, theirs, CLOSE) {
-                "within 5 %".to_string()
-            } else if theirs == 0.0 {
-                "differs".to_string()
-            } else {
-                format!("differs by {:+.0} %", (ours / theirs - 1.0) * 100.0)
-            };
             rows.push(FigureRow {
                 strategy: s.name.clone(),
-                figure: def.label.to_string(),
+                figure: def.label,
                 ours: (def.show)(ours),
                 post: (def.show)(theirs),
                 ratio: ratio(ours, theirs),
-                verdict,
+                verdict: verdict(ours, theirs, def.machine_set_below),
             });
         }
     }
     rows
+}
+
+fn verdict(ours: f64, theirs: f64, machine_set_below: f64) -> Verdict {
+    if theirs < machine_set_below {
+        Verdict::MachineSet(if ours <= theirs {
+            MachineSet::Better
+        } else if ours <= theirs * 10.0 {
+            MachineSet::SameOrder
+        } else {
+            MachineSet::Worse {
+                factor: ours / theirs,
+            }
+        })
+    } else if close(ours, theirs, CLOSE) {
+        Verdict::Within
+    } else if theirs == 0.0 {
+        Verdict::Differs(None)
+    } else {
+        Verdict::Differs(Some(ours / theirs - 1.0))
+    }
 }
 
 fn close(ours: f64, theirs: f64, within: f64) -> bool {
@@ -149,131 +205,122 @@ fn close(ours: f64, theirs: f64, within: f64) -> bool {
     }
 }
 
-/// The strategy of the results that is what `pick` looks for, with its
-/// definition from the scenario.
-fn find(
-    results: &LabResults,
-    pick: impl Fn(&Strategy) -> bool,
-) -> Vec<(&StrategyResults, &Strategy)> {
-    results
+/// The results and the post, with the strategies found by kind.
+struct Lab<'a> {
+    results: &'a LabResults,
+    reference: &'a Reference,
+}
+
+impl<'a> Lab<'a> {
+    fn of_kind(&self, kind: Kind) -> Vec<&'a StrategyResults> {
+        self.results
+            .strategies
+            .iter()
+            .filter(|s| s.queue.kind() == kind)
+            .collect()
+    }
+
+    fn first(&self, kind: Kind) -> Option<&'a StrategyResults> {
+        self.of_kind(kind).into_iter().next()
+    }
+
+    /// The baseline every fix is judged against.
+    fn baseline(&self) -> Option<&'a StrategyResults> {
+        self.first(Kind::SharedFifo)
+    }
+
+    /// The post's figures for a strategy of the results.
+    fn post(&self, s: &StrategyResults) -> Option<&'a RefStrategy> {
+        self.reference.strategy(&s.name)
+    }
+}
+
+fn noisy_done(s: &StrategyResults) -> f64 {
+    s.median.noisy_done_s.unwrap_or(f64::NAN)
+}
+
+/// Claim 1: every fix beats the shared FIFO by [`FIX_FACTOR`] on the neighbours' p95.
+fn fixes_beat_fifo(lab: &Lab<'_>) -> Vec<Check> {
+    let Some(base) = lab.baseline() else {
+        return vec![Check::not_run(
+            format!("every fix beats Shared FIFO by at least {FIX_FACTOR:.0}× on the normal p95"),
+            "no Shared FIFO (fifo, no cap) in the results",
+        )];
+    };
+    let base_p95 = base.median.normal_wait_ms.p95;
+    let fixes = lab
+        .results
         .strategies
         .iter()
-        .filter_map(|s| {
-            let def = results
-                .scenario
-                .strategy
-                .iter()
-                .find(|d| d.name == s.name)?;
-            pick(def).then_some((s, def))
+        .filter(|s| s.queue.kind() != Kind::SharedFifo);
+    fixes
+        .map(|s| {
+            let p95 = s.median.normal_wait_ms.p95;
+            let factor = if p95 == 0.0 {
+                f64::INFINITY
+            } else {
+                base_p95 / p95
+            };
+            let detail = if factor.is_infinite() {
+                format!("p95 0 ms against {}", ms(base_p95))
+            } else {
+                format!(
+                    "{}× ({} against {})",
+                    count(factor.round() as u64),
+                    ms(p95),
+                    ms(base_p95)
+                )
+            };
+            Check::new(
+                format!(
+                    "{}: beats {} by ≥ {FIX_FACTOR:.0}× on the normal p95",
+                    s.name, base.name
+                ),
+                factor >= FIX_FACTOR,
+                detail,
+            )
         })
         .collect()
 }
 
-fn not_run(claim: String, why: &str) -> Check {
-    Check {
-        claim,
-        pass: None,
-        detail: why.to_string(),
-    }
-}
-
-fn check(claim: String, pass: bool, detail: String) -> Check {
-    Check {
-        claim,
-        pass: Some(pass),
-        detail,
-    }
-}
-
-fn checks(results: &LabResults, reference: &Reference) -> Vec<Check> {
-    let mut out = Vec::new();
-    let post = |name: &str| reference.strategy(name);
-    let fifo = find(results, |d| {
-        d.queue == Queue::Fifo && d.cap.is_none() && d.limit.is_none()
-    })
-    .into_iter()
-    .next();
-    let fixes = find(results, |d| {
-        d.cap.is_some() || d.limit.is_some() || d.queue == Queue::Fair
-    });
-    let capped = find(results, |d| d.cap.is_some() && d.limit.is_none());
-    let fair = find(results, |d| {
-        d.queue == Queue::Fair && d.cap.is_none() && d.limit.is_none()
-    })
-    .into_iter()
-    .next();
-    let limited = find(results, |d| d.limit.is_some());
-    let done = |f: &Figures| f.noisy_done_s.unwrap_or(f64::NAN);
-
-    // 1. Every fix beats FIFO by 350× on the neighbours' p95.
-    let claim =
-        format!("every fix beats Shared FIFO by at least {FIX_FACTOR:.0}× on the normal p95");
-    match fifo {
-        None => out.push(not_run(
-            claim,
-            "no Shared FIFO (fifo, no cap) in the results",
-        )),
-        Some((base, _)) => {
-            for (s, _) in &fixes {
-                let p95 = s.median.normal_wait_ms.p95;
-                let factor = if p95 == 0.0 {
-                    f64::INFINITY
-                } else {
-                    base.median.normal_wait_ms.p95 / p95
-                };
-                out.push(check(
-                    format!(
-                        "{}: beats Shared FIFO by ≥ {FIX_FACTOR:.0}× on the normal p95",
-                        s.name
-                    ),
-                    factor >= FIX_FACTOR,
-                    if factor.is_infinite() {
-                        format!(
-                            "p95 0 ms against {}",
-                            crate::report::format::ms(base.median.normal_wait_ms.p95)
-                        )
-                    } else {
-                        format!(
-                            "{}× ({} against {})",
-                            crate::report::format::count(factor.round() as u64),
-                            crate::report::format::ms(p95),
-                            crate::report::format::ms(base.median.normal_wait_ms.p95)
-                        )
-                    },
-                ));
-            }
-        }
-    }
-
-    // 2. FIFO: noisy done ≈ 10.1 s, normal p95 ≈ 9.6 s.
-    match (fifo, post("Shared FIFO")) {
-        (Some((s, _)), Some(p)) => {
-            out.push(done_check(s, p.noisy_done_s, "noisy tenant done"));
-            out.push(check(
-                format!(
-                    "Shared FIFO: normal p95 ≈ {:.1} s (within 5 %)",
-                    p.normal_p95_ms / 1e3
-                ),
-                close(s.median.normal_wait_ms.p95, p.normal_p95_ms, CLOSE),
-                format!("{:.2} s", s.median.normal_wait_ms.p95 / 1e3),
-            ));
-        }
-        _ => out.push(not_run(
-            "Shared FIFO figures".into(),
+/// Claim 2: the shared FIFO: the noisy tenant done and the neighbours' p95 as the post says.
+fn shared_fifo(lab: &Lab<'_>) -> Vec<Check> {
+    let (Some(s), Some(p)) = (lab.baseline(), lab.baseline().and_then(|s| lab.post(s))) else {
+        return vec![Check::not_run(
+            "Shared FIFO figures",
             "no Shared FIFO in the results or the reference",
-        )),
-    }
+        )];
+    };
+    vec![
+        done_check(s, p.noisy_done_s, "noisy tenant done"),
+        Check::new(
+            format!(
+                "{}: normal p95 ≈ {:.1} s (within {})",
+                s.name,
+                p.normal_p95_ms / 1e3,
+                pct(CLOSE)
+            ),
+            close(s.median.normal_wait_ms.p95, p.normal_p95_ms, CLOSE),
+            format!("{:.2} s", s.median.normal_wait_ms.p95 / 1e3),
+        ),
+    ]
+}
 
-    // 3. The cap: ≈ 50 s, about 12 of 20 workers idle while the noisy tenant's jobs wait.
+/// Claim 3: a cap: the noisy tenant done as the post says, and the idle workers
+/// its arithmetic gives while the capped jobs wait.
+fn caps(lab: &Lab<'_>) -> Vec<Check> {
+    let capped = lab.of_kind(Kind::Capped);
     if capped.is_empty() {
-        out.push(not_run(
-            "a cap of 4: noisy done ≈ 50 s".into(),
+        return vec![Check::not_run(
+            "a cap of 4: noisy done ≈ 50 s",
             "no capped strategy in the results",
-        ));
+        )];
     }
-    for (s, def) in &capped {
-        let Some(p) = post(&s.name) else {
-            out.push(not_run(
+    let workers = lab.results.scenario.workers;
+    let mut out = Vec::new();
+    for s in capped {
+        let Some(p) = lab.post(s) else {
+            out.push(Check::not_run(
                 format!("{}: figures", s.name),
                 "not in the reference",
             ));
@@ -281,97 +328,109 @@ fn checks(results: &LabResults, reference: &Reference) -> Vec<Check> {
         };
         out.push(done_check(s, p.noisy_done_s, "noisy tenant done"));
         let idle = s.median.idle_workers_while_waiting_in_traffic;
-        let expected = expected_idle(results, def);
-        out.push(check(
+        let expected = expected_idle(lab.results, s.queue.cap.unwrap_or(0));
+        out.push(Check::new(
             format!(
-                "{}: about {expected:.0} of {} workers idle while its jobs wait and normal traffic runs",
-                s.name, results.scenario.workers
+                "{}: about {expected:.0} of {workers} workers idle while its jobs wait and normal traffic runs",
+                s.name
             ),
-            (idle - expected).abs() <= 1.0,
+            (idle - expected).abs() <= IDLE_SLACK,
             format!("{idle:.1} idle on average"),
         ));
     }
+    out
+}
 
-    // 4. The fair queue without cap: work-conserving, ≈ 12.2 s, costs ≈ 2 s against the cap's ≈ 40 s.
-    match fair {
-        None => out.push(not_run(
-            "fair queue without cap".into(),
+/// Claim 4: the fair queue without cap: work-conserving, the noisy tenant done as
+/// the post says, at a cost of about 2 s against the cap's 40.
+fn fair_queue(lab: &Lab<'_>) -> Vec<Check> {
+    let Some(s) = lab.first(Kind::Fair) else {
+        return vec![Check::not_run(
+            "fair queue without cap",
             "no fair queue without cap in the results",
-        )),
-        Some((s, _)) => {
-            out.push(check(
-                format!(
-                    "{}: work-conserving (no worker idle while a job waits)",
-                    s.name
-                ),
-                s.max.idle_workers_while_waiting < 0.01,
-                format!(
-                    "{:.3} idle on average while jobs waited",
-                    s.max.idle_workers_while_waiting
-                ),
-            ));
-            if let Some(p) = post(&s.name) {
-                out.push(done_check(s, p.noisy_done_s, "noisy tenant done"));
-            }
-            if let (Some((base, _)), Some((cap, _))) = (fifo, capped.first()) {
-                let fair_cost = done(&s.median) - done(&base.median);
-                let cap_cost = done(&cap.median) - done(&base.median);
-                let post_cap_cost = match (post(&cap.name), post("Shared FIFO")) {
-                    (Some(c), Some(b)) => c.noisy_done_s - b.noisy_done_s,
-                    _ => f64::NAN,
-                };
-                out.push(check(
-                    format!(
-                        "{} costs the noisy tenant about 2 s, the cap about {post_cap_cost:.0} s (within 5 %)",
-                        s.name
-                    ),
-                    (1.0..=3.0).contains(&fair_cost) && close(cap_cost, post_cap_cost, CLOSE),
-                    format!("{fair_cost:.2} s against {cap_cost:.2} s"),
-                ));
-            }
-        }
+        )];
+    };
+    let mut out = vec![Check::new(
+        format!(
+            "{}: work-conserving (no worker idle while a job waits)",
+            s.name
+        ),
+        s.max.idle_workers_while_waiting < 0.01,
+        format!(
+            "{:.3} idle on average while jobs waited",
+            s.max.idle_workers_while_waiting
+        ),
+    )];
+    if let Some(p) = lab.post(s) {
+        out.push(done_check(s, p.noisy_done_s, "noisy tenant done"));
     }
-
-    // 5. The queue limit: 1,896 of 2,000 rejected, the rest done in 2.6 s.
-    if limited.is_empty() {
-        out.push(not_run(
-            "queue limit 100".into(),
-            "no strategy with a limit in the results",
+    if let (Some(base), Some(cap)) = (lab.baseline(), lab.first(Kind::Capped)) {
+        let fair_cost = noisy_done(s) - noisy_done(base);
+        let cap_cost = noisy_done(cap) - noisy_done(base);
+        let post_cap_cost = match (lab.post(cap), lab.post(base)) {
+            (Some(c), Some(b)) => c.noisy_done_s - b.noisy_done_s,
+            _ => f64::NAN,
+        };
+        out.push(Check::new(
+            format!(
+                "{} costs the noisy tenant about {FAIR_COST_S:.0} s, the cap about {post_cap_cost:.0} s (within {})",
+                s.name,
+                pct(CLOSE)
+            ),
+            (fair_cost - FAIR_COST_S).abs() <= FAIR_COST_SLACK_S
+                && close(cap_cost, post_cap_cost, CLOSE),
+            format!("{fair_cost:.2} s against {cap_cost:.2} s"),
         ));
     }
-    for (s, _) in &limited {
-        let Some(p) = post(&s.name) else {
-            out.push(not_run(
+    out
+}
+
+/// Claim 5: a queue limit: the post's rejections, and the accepted work done in its time.
+fn queue_limits(lab: &Lab<'_>) -> Vec<Check> {
+    let limited = lab.of_kind(Kind::Limited);
+    if limited.is_empty() {
+        return vec![Check::not_run(
+            "queue limit 100",
+            "no strategy with a limit in the results",
+        )];
+    }
+    let burst: u64 = lab
+        .results
+        .scenario
+        .burst
+        .iter()
+        .map(|b| u64::from(b.jobs))
+        .sum();
+    let mut out = Vec::new();
+    for s in limited {
+        let Some(p) = lab.post(s) else {
+            out.push(Check::not_run(
                 format!("{}: figures", s.name),
                 "not in the reference",
             ));
             continue;
         };
-        let burst: u64 = results
-            .scenario
-            .burst
-            .iter()
-            .map(|b| u64::from(b.jobs))
-            .sum();
-        out.push(check(
+        out.push(Check::new(
             format!(
-                "{}: {} of {} rejected (about {:.0} %)",
+                "{}: {} of {} rejected (about {})",
                 s.name,
-                crate::report::format::count(p.rejected),
-                crate::report::format::count(burst),
-                p.rejected as f64 / burst.max(1) as f64 * 100.0
+                count(p.rejected),
+                count(burst),
+                pct(p.rejected as f64 / burst.max(1) as f64)
             ),
-            close(s.median.rejected as f64, p.rejected as f64, 0.01),
-            format!(
-                "{} rejected",
-                crate::report::format::count(s.median.rejected)
-            ),
+            close(s.median.rejected as f64, p.rejected as f64, REJECTED_CLOSE),
+            format!("{} rejected", count(s.median.rejected)),
         ));
         out.push(done_check(s, p.noisy_done_s, "accepted work done"));
     }
+    out
+}
 
-    // 6. Runs agree within 8 % on the p95 where it is above a millisecond.
-    for s in &results.strategies {
+/// Claim 6: the runs of each strategy agree within [`RUN_AGREEMENT`] on the p95
+/// where it is above a millisecond.
+fn runs_agree(lab: &Lab<'_>) -> Vec<Check> {
+    let mut out = Vec::new();
+    for s in &lab.results.strategies {
         let (lo, mid, hi) = (
             s.min.normal_wait_ms.p95,
             s.median.normal_wait_ms.p95,
@@ -381,39 +440,40 @@ fn checks(results: &LabResults, reference: &Reference) -> Vec<Check> {
             continue;
         }
         let spread = (hi - lo) / mid;
-        out.push(check(
+        out.push(Check::new(
             format!(
-                "{}: the {} runs agree within 8 % on the normal p95",
+                "{}: the {} runs agree within {} on the normal p95",
                 s.name,
-                s.runs.len()
+                s.runs.len(),
+                pct(RUN_AGREEMENT)
             ),
-            spread <= crate::output::warnings::RUN_AGREEMENT,
-            format!(
-                "{:.1} % ({}–{})",
-                spread * 100.0,
-                crate::report::format::ms(lo),
-                crate::report::format::ms(hi)
-            ),
+            spread <= RUN_AGREEMENT,
+            format!("{:.1} % ({}–{})", spread * 100.0, ms(lo), ms(hi)),
         ));
     }
     out
 }
 
-/// The noisy tenant's time after its burst against the post's, within 5 %.
+/// The noisy tenant's time after its burst against the post's, within [`CLOSE`].
 fn done_check(s: &StrategyResults, post_s: f64, what: &str) -> Check {
-    let ours = s.median.noisy_done_s.unwrap_or(f64::NAN);
-    check(
-        format!("{}: {what} after ≈ {post_s} s (within 5 %)", s.name),
+    let ours = noisy_done(s);
+    Check::new(
+        format!(
+            "{}: {what} after ≈ {post_s} s (within {})",
+            s.name,
+            pct(CLOSE)
+        ),
         close(ours, post_s, CLOSE),
         format!("{ours:.2} s"),
     )
 }
 
-/// Workers idle while a capped tenant's jobs wait: the pool, less its cap,
-/// less what the normal tenants keep busy (rate × duration, per tenant).
-fn expected_idle(results: &LabResults, def: &Strategy) -> f64 {
+/// Workers idle while a capped tenant's jobs wait: the pool, less the cap
+/// of each bursting tenant, less what the normal tenants keep busy (rate ×
+/// duration, per tenant).
+fn expected_idle(results: &LabResults, cap: u32) -> f64 {
     let sc = &results.scenario;
     let normal_busy = f64::from(sc.normal.tenants) * sc.normal.rate_per_s * sc.job_ms as f64 / 1e3;
     let bursting = sc.burst_tenants().len() as f64;
-    f64::from(sc.workers) - bursting * f64::from(def.cap.unwrap_or(0)) - normal_busy
+    f64::from(sc.workers) - bursting * f64::from(cap) - normal_busy
 }

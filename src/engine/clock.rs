@@ -116,6 +116,27 @@ pub async fn precise_sleep_until(target: Instant) {
     }
 }
 
+/// What a runtime from [`runtime`] drives besides timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drivers {
+    /// Timers alone: the lab and calibration. Without an I/O driver tokio
+    /// parks its thread on a futex rather than in epoll.
+    Timers,
+    /// Timers and signals (the Ctrl-C watcher).
+    TimersAndSignals,
+}
+
+/// The single-threaded tokio runtime every real-clock part of the tool uses.
+pub fn runtime(drivers: Drivers) -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context;
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    match drivers {
+        Drivers::Timers => builder.enable_time(),
+        Drivers::TimersAndSignals => builder.enable_all(),
+    };
+    builder.build().context("cannot start the tokio runtime")
+}
+
 /// Ask Linux to fire this thread's timers without the default 50 µs slack.
 fn tighten_timer_slack() {
     #[cfg(target_os = "linux")]

@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use hdrhistogram::Histogram;
 
+use crate::stats;
+
 pub use clock::{Clock, RealClock, Timer, VirtualClock};
 
 use crate::sched::{JobId, Scheduler, TenantId};
@@ -130,7 +132,7 @@ pub async fn run<C: Clock, S: Scheduler>(
         next: 0,
         occupancy: Occupancy::new(pool.sample_ns, pool.traffic_ns),
         stats: RunStats {
-            dispatch_floor: Histogram::new(3).expect("3 significant figures is valid"),
+            dispatch_floor: stats::new_histogram(),
             rejected: 0,
             retry_after_s_max: 0,
             waiting_ns: 0,
@@ -221,10 +223,7 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 let job = &self.jobs[id];
                 if job.started != NEVER {
                     let floor = job.started - job.enqueued;
-                    self.stats
-                        .dispatch_floor
-                        .record(floor)
-                        .expect("an auto-resizing histogram takes any u64");
+                    stats::record(&mut self.stats.dispatch_floor, floor);
                 }
             }
             Err(rejected) => {

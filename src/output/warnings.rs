@@ -1,10 +1,10 @@
 //! Warnings a person needs beside the figures: each names its cause and fix.
+//! The type and its text live here; `lab::warnings` decides which apply, once,
+//! and every printer reads them from the results.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-
-use crate::results::{ClockKind, Figures, LabResults};
 
 /// Runs of one strategy should agree within this fraction of their median.
 pub const RUN_AGREEMENT: f64 = 0.08;
@@ -28,6 +28,17 @@ pub enum Warning {
     HighLoad { load: f64, cores: usize },
     /// The results file was written by another noisylab version.
     OtherToolVersion { file: String, ours: String },
+}
+
+impl Warning {
+    /// The warning for a results file written by another noisylab version.
+    pub fn other_version(file_tool: &str) -> Option<Warning> {
+        let ours = env!("CARGO_PKG_VERSION");
+        (file_tool != ours).then(|| Warning::OtherToolVersion {
+            file: file_tool.to_string(),
+            ours: ours.to_string(),
+        })
+    }
 }
 
 impl fmt::Display for Warning {
@@ -65,68 +76,4 @@ impl fmt::Display for Warning {
             ),
         }
     }
-}
-
-/// Every warning that applies to a lab's results.
-pub fn check(results: &LabResults) -> Vec<Warning> {
-    let mut out = Vec::new();
-    for s in &results.strategies {
-        if s.runs.len() > 1 {
-            for (figure, get) in agreement_figures() {
-                let (Some(lo), Some(mid), Some(hi)) = (get(&s.min), get(&s.median), get(&s.max))
-                else {
-                    continue;
-                };
-                if mid > 0.0 && (hi - lo) / mid > RUN_AGREEMENT {
-                    out.push(Warning::RunsDisagree {
-                        strategy: s.name.clone(),
-                        figure: figure.to_string(),
-                        spread_pct: (hi - lo) / mid * 100.0,
-                    });
-                }
-            }
-        }
-        if results.clock == ClockKind::Real && s.max.job_overshoot_ms.p99 > OVERSHOOT_P99_MS {
-            out.push(Warning::TimerOvershoot {
-                strategy: s.name.clone(),
-                p99_ms: s.max.job_overshoot_ms.p99,
-            });
-        }
-    }
-    let m = &results.machine;
-    let load = [m.load_start, m.load_end]
-        .iter()
-        .flatten()
-        .map(|l| l[0])
-        .fold(f64::NAN, f64::max);
-    if load > LOAD_PER_CORE * m.cores as f64 {
-        out.push(Warning::HighLoad {
-            load,
-            cores: m.cores,
-        });
-    }
-    let ours = env!("CARGO_PKG_VERSION");
-    // Only a file read back can be from another version; a fresh lab is ours.
-    if results.tool != ours {
-        out.push(Warning::OtherToolVersion {
-            file: results.tool.clone(),
-            ours: ours.to_string(),
-        });
-    }
-    out
-}
-
-type Pick = fn(&Figures) -> Option<f64>;
-
-/// Figures the runs must agree on; waits only where they are above a
-/// millisecond (below that they are the machine's dispatch noise).
-fn agreement_figures() -> [(&'static str, Pick); 3] {
-    fn above_ms(v: f64) -> Option<f64> {
-        (v > 1.0).then_some(v)
-    }
-    [
-        ("normal p95 wait", |f| above_ms(f.normal_wait_ms.p95)),
-        ("normal p50 wait", |f| above_ms(f.normal_wait_ms.p50)),
-        ("noisy done", |f| f.noisy_done_s),
-    ]
 }

@@ -4,11 +4,11 @@
 use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{Table, TableStyle};
 
-use super::format::{ms, us};
 use crate::calibrate::{
     Calibration, TARGET_DISPATCH_P50_US, TARGET_DISPATCH_P99_US, TARGET_OVERSHOOT_P50_MS,
     TARGET_OVERSHOOT_P99_MS,
 };
+use crate::units::{ms, us};
 
 pub fn table(c: &Calibration, style: TableStyle) -> Table {
     let mut t = Table::new();

@@ -4,16 +4,13 @@
 
 use comfy_table::{CellAlignment, Table, TableStyle};
 
-use crate::reference::{FIGURES, Reference, ratio};
+use crate::reference::{FIGURES, Reference};
 use crate::results::LabResults;
+use crate::units::ratio;
 
 /// A results file's column heading: its machine and date.
 pub fn heading(r: &LabResults) -> String {
-    let date = r
-        .created
-        .as_deref()
-        .and_then(|c| c.get(..10))
-        .unwrap_or("virtual");
+    let date = r.date().unwrap_or_else(|| "virtual".to_string());
     format!("{} ({}), {date}", r.machine.host, r.machine.cpu)
 }
 

@@ -71,7 +71,7 @@ impl Exporter for CsvExporter {
                     None => kind.to_string(),
                 };
                 let seed = run.map_or_else(String::new, |(_, seed)| seed.to_string());
-                let mut record = vec![s.name.clone(), s.queue.clone(), row_name, seed];
+                let mut record = vec![s.name.clone(), s.queue.to_string(), row_name, seed];
                 record.extend(cells.into_iter().map(|(_, v)| v));
                 w.write_record(&record)?;
             }

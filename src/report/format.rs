@@ -1,64 +1,9 @@
-//! Number formatting shared by the reports.
+//! Formatting that needs the results: a figure with the spread of its
+//! runs, and the one-line header of a results file. Plain numbers are
+//! formatted by `units`.
 
 use crate::results::{ClockKind, Figures, LabResults, StrategyResults};
-
-/// Milliseconds to three significant figures, thousands separated:
-/// `5,439 ms`, `27.1 ms`, `0.0450 ms`, `0 ms`.
-pub fn ms(v: f64) -> String {
-    format!("{} ms", sig3(v))
-}
-
-pub fn us(v: f64) -> String {
-    format!("{} µs", sig3(v))
-}
-
-/// Seconds with one decimal, as the post gives them (`50.4 s`); finer when
-/// the value is small.
-pub fn secs(v: Option<f64>) -> String {
-    match v {
-        None => "—".to_string(),
-        Some(v) if v < 1.0 => format!("{v:.3} s"),
-        Some(v) => format!("{v:.1} s"),
-    }
-}
-
-/// Seconds to the millisecond, for the harness's own error.
-pub fn secs_fine(v: Option<f64>) -> String {
-    v.map_or_else(|| "—".to_string(), |v| format!("{v:.3} s"))
-}
-
-pub fn count(v: u64) -> String {
-    thousands(&v.to_string())
-}
-
-/// Three significant figures; integers of four or more digits in full.
-pub fn sig3(v: f64) -> String {
-    if !v.is_finite() {
-        return "—".to_string();
-    }
-    if v == 0.0 {
-        return "0".to_string();
-    }
-    let a = v.abs();
-    if a >= 1000.0 {
-        return thousands(&format!("{v:.0}"));
-    }
-    let digits = a.log10().floor() as i32;
-    let decimals = (2 - digits).max(0) as usize;
-    format!("{v:.decimals$}")
-}
-
-fn thousands(int: &str) -> String {
-    let (sign, digits) = int.strip_prefix('-').map_or(("", int), |d| ("-", d));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    format!("{sign}{out}")
-}
+use crate::units::sig3;
 
 /// `median (min–max)` for one figure of a strategy, when its runs differ.
 pub fn with_spread(
@@ -76,7 +21,7 @@ pub fn with_spread(
 
 /// One line saying what was run, where and how.
 pub fn header(r: &LabResults) -> String {
-    let clock = match (r.clock, r.timer) {
+    let clock = match (r.clock, r.timer()) {
         (ClockKind::Real, Some(t)) => {
             format!("real clock ({} timer)", format!("{t:?}").to_lowercase())
         }
@@ -91,25 +36,8 @@ pub fn header(r: &LabResults) -> String {
         r.seed,
         r.tool
     );
-    if let Some(created) = &r.created {
+    if let Some(created) = r.created() {
         line.push_str(&format!(" · {created}"));
     }
     line
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn three_significant_figures() {
-        assert_eq!(sig3(5439.4), "5,439");
-        assert_eq!(sig3(27.14), "27.1");
-        assert_eq!(sig3(4.5), "4.50");
-        assert_eq!(sig3(0.045), "0.0450");
-        assert_eq!(sig3(0.0), "0");
-        assert_eq!(sig3(123456.0), "123,456");
-        assert_eq!(count(1896), "1,896");
-        assert_eq!(secs(Some(50.04)), "50.0 s");
-    }
 }

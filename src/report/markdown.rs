@@ -6,10 +6,10 @@ use comfy_table::Table;
 use comfy_table::presets::ASCII_MARKDOWN;
 
 use super::Exporter;
-use super::format::{count, header, ms, secs};
+use super::format::header;
 use super::table::harness_table;
-use crate::output::warnings;
 use crate::results::LabResults;
+use crate::units::{count, ms, secs};
 
 pub struct MarkdownExporter;
 
@@ -25,15 +25,15 @@ impl MarkdownExporter {
                 a[0], b[0]
             ));
         }
-        if let Some(wall) = results.wall_s {
-            let lab = results.lab_s_total();
+        if let Some(real) = &results.real {
+            let (wall, lab) = (real.wall_s, results.lab_s_total());
             out.push_str(&format!(
                 "; the runs took {wall:.1} s of wall time for {lab:.1} s of lab time ({:+.2} %)",
                 (wall / lab - 1.0) * 100.0
             ));
-        }
-        if let Some(rss) = results.peak_rss_mib {
-            out.push_str(&format!("; peak memory {rss:.0} MiB"));
+            if let Some(rss) = real.peak_rss_mib {
+                out.push_str(&format!("; peak memory {rss:.0} MiB"));
+            }
         }
         out.push_str(".\n\n");
         out.push_str(
@@ -43,10 +43,9 @@ impl MarkdownExporter {
         out.push_str("\n\nThe harness's own error (medians of the runs):\n\n");
         out.push_str(&harness_table(results, ASCII_MARKDOWN).to_string());
         out.push('\n');
-        let warnings = warnings::check(results);
-        if !warnings.is_empty() {
+        if !results.warnings.is_empty() {
             out.push_str("\nWarnings:\n\n");
-            for w in warnings {
+            for w in &results.warnings {
                 out.push_str(&format!("- {w}\n"));
             }
         }

@@ -7,6 +7,9 @@
 //! - [`json`]: the results as JSON.
 //! - [`compare`]: several results files side by side with the post.
 //! - [`readme`] and [`plot`]: `reports/README.md` and its SVG charts.
+//! - [`validation`] and [`calibration`]: what `validate` and `calibrate`
+//!   found, as tables.
+//! - [`format`]: a figure with its runs' spread, a results file's header line.
 
 pub mod calibration;
 pub mod compare;
@@ -17,6 +20,7 @@ pub mod markdown;
 pub mod plot;
 pub mod readme;
 pub mod table;
+pub mod validation;
 
 use anyhow::Result;
 

@@ -27,8 +27,8 @@ pub struct Page {
 pub fn order(sources: &mut [Source<'_>]) {
     sources.sort_by(|a, b| {
         b.results
-            .created
-            .cmp(&a.results.created)
+            .created()
+            .cmp(&a.results.created())
             .then_with(|| b.link.cmp(&a.link))
     });
 }
@@ -65,12 +65,13 @@ pub fn render(sources: &[Source<'_>], reference: &Reference) -> Result<Page> {
             "## {}: {}, {}\n\nResults file: [`{}`]({}).\n\n",
             r.scenario.name,
             r.machine.host,
-            r.created.as_deref().unwrap_or("virtual clock"),
+            r.created()
+                .map_or_else(|| "virtual clock".to_string(), |t| t.to_string()),
             s.link,
             s.link
         ));
         readme.push_str(&MarkdownExporter::body(r));
-        if let Some(c) = &r.calibration {
+        if let Some(c) = r.real.as_ref().map(|real| &real.calibration) {
             readme.push_str(&format!(
                 "\nCalibration just before the lab ({} sleeps of {} ms per timer, {} dispatches):\n\n{}\n",
                 c.sleeps,
@@ -83,13 +84,9 @@ pub fn render(sources: &[Source<'_>], reference: &Reference) -> Result<Page> {
         readme.push_str(&format!(
             "\nValidation against the post (`noisylab validate {}`):\n\n{}",
             s.link,
-            v.render(ASCII_MARKDOWN)
+            super::validation::render(&v, ASCII_MARKDOWN)
         ));
-        let has_raw = r
-            .strategies
-            .iter()
-            .any(|s| s.runs.iter().any(|r| r.raw.is_some()));
-        if has_raw {
+        if r.has_raw() {
             let charts = [
                 (
                     "waits",

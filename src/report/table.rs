@@ -2,12 +2,12 @@
 
 use anyhow::Result;
 use comfy_table::presets::UTF8_FULL_CONDENSED;
-use comfy_table::{CellAlignment, Table, TableStyle};
+use comfy_table::{CellAlignment, ContentArrangement, Table, TableStyle};
 
 use super::Exporter;
-use super::format::{count, header, ms, secs, secs_fine, us};
-use crate::output::warnings;
-use crate::results::LabResults;
+use super::format::header;
+use crate::results::{ClockKind, LabResults};
+use crate::units::{count, ms, secs, secs_fine, us};
 
 pub struct TableExporter;
 
@@ -73,6 +73,40 @@ pub fn harness_table(results: &LabResults, style: TableStyle) -> Table {
     table
 }
 
+/// The exact model figures a virtual run gives, without the harness-error
+/// columns that are zero by construction there.
+pub fn model_table(results: &LabResults, style: TableStyle) -> Table {
+    let mut table = Table::new();
+    table.load_style(style);
+    table.set_header(vec![
+        "Strategy",
+        "Noisy done (exact)",
+        "Idle workers while jobs wait (in traffic)",
+        "Lab time",
+    ]);
+    for s in &results.strategies {
+        let m = &s.median;
+        table.add_row(vec![
+            s.name.clone(),
+            secs_fine(m.noisy_done_s),
+            format!(
+                "{:.1} ({:.1})",
+                m.idle_workers_while_waiting, m.idle_workers_while_waiting_in_traffic
+            ),
+            secs_fine(Some(m.lab_s)),
+        ]);
+    }
+    right_align(&mut table);
+    table
+}
+
+/// Wrap cells so the table fits the terminal it is printed on (comfy-table
+/// reads the width; piped output is left as it is).
+pub fn fit_terminal(mut table: Table) -> Table {
+    table.set_content_arrangement(ContentArrangement::Dynamic);
+    table
+}
+
 fn right_align(table: &mut Table) {
     for i in 1..table.column_count() {
         if let Some(c) = table.column_mut(i) {
@@ -87,13 +121,58 @@ impl Exporter for TableExporter {
         out.push_str(&header(results));
         out.push('\n');
         out.push_str(&format!("machine: {}\n", results.machine.describe()));
-        out.push_str(&post_table(results, UTF8_FULL_CONDENSED).to_string());
-        out.push_str("\nHarness error (medians of the runs):\n");
-        out.push_str(&harness_table(results, UTF8_FULL_CONDENSED).to_string());
+        out.push_str(&fit_terminal(post_table(results, UTF8_FULL_CONDENSED)).to_string());
+        match results.clock {
+            ClockKind::Real => {
+                out.push_str("\nHarness error (medians of the runs):\n");
+                let table = harness_table(results, UTF8_FULL_CONDENSED);
+                out.push_str(&fit_terminal(table).to_string());
+            }
+            ClockKind::Virtual => {
+                out.push_str(
+                    "\nExact model figures (virtual clock: the harness adds no error; medians of the runs):\n",
+                );
+                out.push_str(&fit_terminal(model_table(results, UTF8_FULL_CONDENSED)).to_string());
+            }
+        }
         out.push('\n');
-        for w in warnings::check(results) {
+        for w in &results.warnings {
             out.push_str(&format!("warning: {w}\n"));
         }
         Ok(out.into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    #[test]
+    fn the_harness_table_fits_a_160_column_terminal() {
+        let scenario = Scenario::parse(
+            std::path::Path::new("lab/article.toml"),
+            &std::fs::read_to_string("lab/article.toml").unwrap(),
+        )
+        .unwrap();
+        let plan = crate::lab::LabPlan {
+            scenario,
+            clock: ClockKind::Virtual,
+            timer: Default::default(),
+            keep_raw: false,
+        };
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let progress = crate::output::progress::Progress::hidden();
+        let results = crate::lab::run(&plan, &never, &progress).unwrap().results;
+        let wide = harness_table(&results, UTF8_FULL_CONDENSED).to_string();
+        let widest = |text: &str| text.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(
+            widest(&wide) > 160,
+            "unfitted it is wider: {}",
+            widest(&wide)
+        );
+        let mut table = fit_terminal(harness_table(&results, UTF8_FULL_CONDENSED));
+        table.set_width(160);
+        assert!(widest(&table.to_string()) <= 160);
     }
 }

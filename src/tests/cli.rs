@@ -133,7 +133,7 @@ fn a_short_real_clock_run_completes_and_saves_its_results() {
         .collect();
     assert_eq!(saved.len(), 1, "one results file");
     let path = saved[0].as_ref().unwrap().path();
-    let results = noisylab::results::LabResults::load(&path).unwrap();
+    let results = noisylab::store::load(&path).unwrap();
     let raw = results.strategies[0].runs[0]
         .raw
         .as_ref()

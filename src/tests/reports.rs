@@ -11,7 +11,7 @@ use noisylab::output::progress::Progress;
 use noisylab::reference::Reference;
 use noisylab::report::readme::{self, Source};
 use noisylab::report::{Exporter, csv::CsvExporter, json::JsonExporter};
-use noisylab::results::{ClockKind, LabResults};
+use noisylab::results::ClockKind;
 use noisylab::scenario::Scenario;
 use noisylab::store;
 use serde_json::Value;
@@ -58,8 +58,8 @@ fn a_saved_file_reads_back_the_same_and_keeps_its_histograms() {
         "undated-testhost-article-2.json",
         "never overwrites"
     );
-    let a = LabResults::load(&path).unwrap();
-    assert_eq!(a, LabResults::load(&again).unwrap());
+    let a = store::load(&path).unwrap();
+    assert_eq!(a, store::load(&again).unwrap());
     // Any percentile can be recomputed from the saved histogram.
     let run = &a.strategies[0].runs[0];
     let h =
@@ -76,7 +76,7 @@ fn a_saved_file_reads_back_the_same_and_keeps_its_histograms() {
 fn the_generated_report_markdown_is_stable() {
     let dir = tempfile::tempdir().unwrap();
     let path = saved_lab(dir.path());
-    let results = LabResults::load(&path).unwrap();
+    let results = store::load(&path).unwrap();
     let sources = [Source {
         link: "runs/undated-testhost-article.json".into(),
         results: &results,
@@ -126,7 +126,7 @@ fn leaves(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
 #[test]
 fn csv_carries_every_json_figure_run_by_run() {
     let dir = tempfile::tempdir().unwrap();
-    let results = LabResults::load(&saved_lab(dir.path())).unwrap();
+    let results = store::load(&saved_lab(dir.path())).unwrap();
     let json: Value = serde_json::from_slice(&JsonExporter.export(&results).unwrap()).unwrap();
     let csv_bytes = CsvExporter.export(&results).unwrap();
     let mut reader = csv::Reader::from_reader(csv_bytes.as_slice());
@@ -294,5 +294,87 @@ fn bad_results_files_get_one_line_and_exit_2() {
                 "{cmd}: expected {expected:?} in {err}"
             );
         }
+    }
+}
+
+/// The JSON text without its `"machine": { … }` block.
+fn without_machine(json: &str) -> String {
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in json.lines() {
+        if line == "  \"machine\": {" {
+            skipping = true;
+        } else if skipping {
+            skipping = line != "  },";
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn the_article_lab_json_is_byte_identical_to_the_fixture() {
+    // Taken before the layout change (issue 8); every figure and key since.
+    let before = std::fs::read_to_string("src/tests/fixtures/article-virtual-before.json").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_noisylab"))
+        .args([
+            "run",
+            "lab/article.toml",
+            "--clock",
+            "virtual",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let now = String::from_utf8(out.stdout).unwrap();
+    assert!(before.contains("\"machine\": {") && now.contains("\"machine\": {"));
+    assert_eq!(without_machine(&now), without_machine(&before));
+}
+
+#[test]
+fn the_committed_real_clock_files_still_load_with_their_warnings() {
+    let files = store::list(Path::new("reports")).unwrap();
+    assert!(!files.is_empty(), "reports/runs/ holds the committed lab");
+    for path in files {
+        let results = store::load(&path).unwrap();
+        let real = results
+            .real
+            .as_ref()
+            .expect("a committed lab is real-clock");
+        assert!(real.wall_s > 400.0, "{}: the whole lab", path.display());
+        assert_eq!(results.strategies.len(), 5);
+        // Warnings are computed once, when the lab ends; recomputing them
+        // from the saved figures gives the same list.
+        assert_eq!(
+            results.warnings,
+            noisylab::lab::warnings::check(&results),
+            "{}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn each_command_accepts_only_the_formats_it_prints() {
+    let committed = "reports/runs/2026-12-02-vm-article.json";
+    let cases: [&[&str]; 4] = [
+        &["compare", committed, "--format", "csv"],
+        &["compare", committed, "--format", "json"],
+        &["calibrate", "--sleeps", "1", "--format", "csv"],
+        &["calibrate", "--sleeps", "1", "--format", "markdown"],
+    ];
+    for args in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_noisylab"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("invalid value"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty());
     }
 }

@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use noisylab::lab;
-use noisylab::results::LabResults;
 use noisylab::scenario::{Queue, Scenario, Strategy as StrategyDef};
+use noisylab::store;
 use proptest::prelude::*;
 
 const ARTICLE: &str = include_str!("../../lab/article.toml");
@@ -270,7 +270,7 @@ fn ctrl_c_saves_the_completed_runs_and_exits_130() {
         err.contains(&files[0].display().to_string()),
         "says where: {err}"
     );
-    let saved = LabResults::load(&files[0]).unwrap();
+    let saved = store::load(&files[0]).unwrap();
     let kept: usize = saved.strategies.iter().map(|s| s.runs.len()).sum();
     assert!((1..12).contains(&kept), "some runs, not all: {kept}");
     assert!(
@@ -417,10 +417,10 @@ proptest! {
     #[test]
     fn fuzz_the_results_reader(bytes in prop::collection::vec(any::<u8>(), 0..256), cut in 0usize..4000) {
         let text = String::from_utf8_lossy(&bytes);
-        let _ = LabResults::parse(Path::new("fuzz.json"), &text);
+        let _ = noisylab::store::parse(Path::new("fuzz.json"), &text);
         let sample = results_sample();
         let cut = floor_char(sample, cut.min(sample.len()));
-        let _ = LabResults::parse(Path::new("fuzz.json"), &sample[..cut]);
+        let _ = noisylab::store::parse(Path::new("fuzz.json"), &sample[..cut]);
     }
 }
 

@@ -1,0 +1,201 @@
+//! One function per command. Each returns its exit code; errors go up to
+//! `cli::main`, which prints them once.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
+
+use super::interrupt::watch_ctrl_c;
+use super::{
+    CalibrateFormat, CalibrateOpts, CompareFormat, CompareOpts, EXIT_CHECK_FAILED,
+    EXIT_INTERRUPTED, EXIT_OK, ReportOpts, RunPlan, ValidateOpts,
+};
+use crate::lab::{self, LabOutcome};
+use crate::output::progress::Progress;
+use crate::report::readme::Source;
+use crate::report::{Format, compare as compare_report, readme};
+use crate::results::LabResults;
+use crate::store;
+
+pub fn run(plan: &RunPlan) -> Result<i32> {
+    if let Some(dir) = &plan.save_to {
+        store::check_writable(dir)?;
+    }
+    let stop = watch_ctrl_c()?;
+    let progress = Progress::new(plan.quiet);
+    let wall = std::time::Instant::now();
+    let outcome = lab::run(&plan.lab, &stop, &progress)?;
+    let wall_s = wall.elapsed().as_secs_f64();
+    let saved = match &plan.save_to {
+        Some(dir) if !outcome.results.strategies.is_empty() => {
+            Some(store::save(dir, &outcome.results)?)
+        }
+        _ => None,
+    };
+    let printed = if plan.format == Format::Json {
+        outcome.results.without_raw()
+    } else {
+        outcome.results.clone()
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&plan.format.exporter().export(&printed)?)?;
+    // What follows goes to stderr: let the tables land first.
+    stdout.flush()?;
+    if !plan.quiet {
+        eprintln!(
+            "{:.1} s of lab time in {:.3} s of wall time; peak memory {:.0} MiB",
+            outcome.results.lab_s_total(),
+            wall_s,
+            crate::machine::peak_rss_mib().unwrap_or(f64::NAN)
+        );
+    }
+    if let Some(path) = &saved {
+        eprintln!("results saved to {}", path.display());
+    }
+    if outcome.interrupted {
+        say_what_was_kept(&outcome, saved.as_deref());
+        return Ok(EXIT_INTERRUPTED);
+    }
+    Ok(EXIT_OK)
+}
+
+fn say_what_was_kept(outcome: &LabOutcome, saved: Option<&Path>) {
+    let kept: usize = outcome
+        .results
+        .strategies
+        .iter()
+        .map(|s| s.runs.len())
+        .sum();
+    match saved {
+        Some(path) => eprintln!(
+            "interrupted: kept {kept} completed run(s) in {}",
+            path.display()
+        ),
+        None if kept == 0 => eprintln!("interrupted before any run completed: nothing to save"),
+        None => eprintln!(
+            "interrupted: {kept} completed run(s), not saved (virtual clock without --out)"
+        ),
+    }
+}
+
+pub fn report(opts: &ReportOpts) -> Result<i32> {
+    let paths = if opts.files.is_empty() {
+        store::list(&opts.out)?
+    } else {
+        opts.files.clone()
+    };
+    if let Some(format) = opts.format {
+        return print_one(opts, &paths, format);
+    }
+    if paths.is_empty() {
+        bail!(
+            "{}: no results files; run `make lab` (or `noisylab run`) first",
+            store::runs_dir(&opts.out).display()
+        );
+    }
+    let reference = opts.reference.load()?;
+    let files = store::load_all(&paths)?;
+    let mut sources: Vec<Source<'_>> = paths
+        .iter()
+        .zip(&files)
+        .map(|(p, results)| Source {
+            link: p
+                .strip_prefix(&opts.out)
+                .unwrap_or(p)
+                .to_string_lossy()
+                .replace('\\', "/"),
+            results,
+        })
+        .collect();
+    readme::order(&mut sources);
+    let page = readme::render(&sources, &reference)?;
+    let written = store::write_site(&opts.out, &page.readme, &page.plots)?;
+    let mut stdout = std::io::stdout().lock();
+    for s in &sources {
+        writeln!(stdout, "{}", s.link)?;
+        stdout.write_all(&Format::Table.exporter().export(s.results)?)?;
+        writeln!(stdout)?;
+    }
+    if files.len() > 1 {
+        let refs: Vec<&LabResults> = sources.iter().map(|s| s.results).collect();
+        stdout
+            .write_all(compare_report::render(&refs, &reference, UTF8_FULL_CONDENSED).as_bytes())?;
+    }
+    stdout.flush()?;
+    eprintln!(
+        "wrote {} and {} charts in {}",
+        written.display(),
+        page.plots.len(),
+        opts.out.join("plots").display()
+    );
+    Ok(EXIT_OK)
+}
+
+/// `report --format F`: one results file in one format on stdout.
+fn print_one(opts: &ReportOpts, paths: &[PathBuf], format: Format) -> Result<i32> {
+    let path = match paths {
+        [one] => one.clone(),
+        [] => bail!(
+            "{}: no results files to report",
+            store::runs_dir(&opts.out).display()
+        ),
+        _ if opts.files.is_empty() => store::newest(&opts.out)?,
+        _ => bail!(
+            "--format prints one results file; {} were given",
+            paths.len()
+        ),
+    };
+    let results = store::load(&path)?;
+    std::io::stdout().write_all(&format.exporter().export(&results)?)?;
+    Ok(EXIT_OK)
+}
+
+pub fn compare(opts: &CompareOpts) -> Result<i32> {
+    let reference = opts.reference.load()?;
+    let files = store::load_all(&opts.files)?;
+    let refs: Vec<&LabResults> = files.iter().collect();
+    let style = match opts.format {
+        CompareFormat::Markdown => ASCII_MARKDOWN,
+        CompareFormat::Table => UTF8_FULL_CONDENSED,
+    };
+    let text = compare_report::render(&refs, &reference, style);
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(EXIT_OK)
+}
+
+pub fn validate(opts: &ValidateOpts) -> Result<i32> {
+    let reference = opts.reference.load()?;
+    let path = match &opts.file {
+        Some(p) => p.clone(),
+        None => store::newest(&lab::default_out())?,
+    };
+    let results = store::load(&path)?;
+    let v = crate::validate::validate(&results, &reference);
+    println!(
+        "{} against {} ({})\n",
+        path.display(),
+        reference.source,
+        reference.machine
+    );
+    print!(
+        "{}",
+        crate::report::validation::render(&v, UTF8_FULL_CONDENSED)
+    );
+    Ok(if v.passed() {
+        EXIT_OK
+    } else {
+        EXIT_CHECK_FAILED
+    })
+}
+
+pub fn calibrate(opts: &CalibrateOpts) -> Result<i32> {
+    let c = crate::calibrate::run(opts.plan())?;
+    let text = match opts.format {
+        CalibrateFormat::Json => serde_json::to_string_pretty(&c)? + "\n",
+        CalibrateFormat::Table => crate::report::calibration::render(&c),
+    };
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,238 @@
+//! The command line: clap options, each turned into a typed plan, then
+//! dispatched to one function per command ([`commands`]). Ctrl-C handling
+//! lives in [`interrupt`].
+//!
+//! Exit codes: 0 done; 1 `validate` found a failing check; 2 bad input (the
+//! message names the file, key and what is allowed); 130 interrupted by
+//! Ctrl-C after saving what completed.
+
+mod commands;
+mod interrupt;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::calibrate::CalibratePlan;
+use crate::engine::Timer;
+use crate::lab::{self, LabPlan};
+use crate::reference::Reference;
+use crate::report::Format;
+use crate::results::ClockKind;
+use crate::scenario::Scenario;
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_CHECK_FAILED: i32 = 1;
+pub const EXIT_BAD_INPUT: i32 = 2;
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "noisylab",
+    version,
+    about = "Measure how multi-tenant job schedulers treat their tenants"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run every strategy of a scenario and print the post's table.
+    Run(RunOpts),
+    /// Regenerate `reports/README.md` and its charts from saved results, and
+    /// print the tables (or one file in one `--format`).
+    Report(ReportOpts),
+    /// Several results files side by side with the post's figures.
+    Compare(CompareOpts),
+    /// Check a results file against the post's figures and claims (exit 1 if one fails).
+    Validate(ValidateOpts),
+    /// Measure this machine's timer overshoot and dispatch floor.
+    Calibrate(CalibrateOpts),
+}
+
+/// The post's published figures, shared by the commands that judge results.
+#[derive(Debug, Args)]
+pub struct ReferenceArg {
+    /// The post's figures.
+    #[arg(long = "reference", value_name = "FILE", default_value = crate::reference::DEFAULT_PATH)]
+    pub path: PathBuf,
+}
+
+impl ReferenceArg {
+    pub fn load(&self) -> Result<Reference> {
+        Reference::load(&self.path)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ReportOpts {
+    /// Results files (default: every file under OUT/runs/).
+    pub files: Vec<PathBuf>,
+    /// Print one results file in this format to stdout instead of regenerating the report.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// The reports folder.
+    #[arg(long, value_name = "DIR", default_value = "reports")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub reference: ReferenceArg,
+}
+
+/// What `compare` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompareFormat {
+    Table,
+    Markdown,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareOpts {
+    /// Two or more results files.
+    #[arg(required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub reference: ReferenceArg,
+    /// `table` (terminal) or `markdown`.
+    #[arg(long, value_enum, default_value_t = CompareFormat::Table)]
+    pub format: CompareFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateOpts {
+    /// A results file (default: the newest under reports/runs/).
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub reference: ReferenceArg,
+}
+
+/// What `calibrate` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CalibrateFormat {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct CalibrateOpts {
+    /// Sleeps per timer.
+    #[arg(long, default_value_t = CalibratePlan::FULL.sleeps, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sleeps: u32,
+    /// Length of each sleep, in milliseconds.
+    #[arg(long, default_value_t = CalibratePlan::FULL.sleep.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sleep_ms: u64,
+    /// Jobs dispatched to an idle worker, 1 ms apart.
+    #[arg(long, default_value_t = CalibratePlan::FULL.dispatches, value_parser = clap::value_parser!(u32).range(1..))]
+    pub dispatches: u32,
+    /// `table` or `json`.
+    #[arg(long, value_enum, default_value_t = CalibrateFormat::Table)]
+    pub format: CalibrateFormat,
+}
+
+impl CalibrateOpts {
+    pub fn plan(&self) -> CalibratePlan {
+        CalibratePlan {
+            sleeps: self.sleeps,
+            sleep: std::time::Duration::from_millis(self.sleep_ms),
+            dispatches: self.dispatches,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunOpts {
+    /// Scenario file.
+    #[arg(default_value = "lab/article.toml")]
+    pub scenario: PathBuf,
+    /// `real`: wall-clock workers and real sleeps; `virtual`: deterministic, instant.
+    #[arg(long, value_enum, default_value_t = ClockKind::Real)]
+    pub clock: ClockKind,
+    /// How the real clock waits (ignored on the virtual clock).
+    #[arg(long, value_enum, default_value_t = Timer::Precise)]
+    pub timer: Timer,
+    /// Runs per strategy (overrides the scenario's `runs`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: Option<u32>,
+    /// Seed of run 0; run k uses seed + k (overrides the scenario's `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Run only this strategy (by name; repeatable).
+    #[arg(long = "strategy", value_name = "NAME")]
+    pub strategies: Vec<String>,
+    /// What to print on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Folder for results files (`DIR/runs/`). Real-clock runs always save,
+    /// to `reports/` unless told; virtual runs save only when given one.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// A `run` command, checked and ready.
+#[derive(Debug)]
+pub struct RunPlan {
+    pub lab: LabPlan,
+    pub format: Format,
+    pub save_to: Option<PathBuf>,
+    pub quiet: bool,
+}
+
+impl RunOpts {
+    /// Load the scenario, apply the overrides, and decide where results go.
+    pub fn plan(&self) -> Result<RunPlan> {
+        let mut scenario = Scenario::load(&self.scenario)?;
+        if let Some(runs) = self.runs {
+            scenario.runs = runs;
+        }
+        if let Some(seed) = self.seed {
+            scenario.seed = seed;
+        }
+        scenario
+            .select(&self.strategies)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.scenario.display()))?;
+        let save_to = match (self.clock, &self.out) {
+            (_, Some(dir)) => Some(dir.clone()),
+            (ClockKind::Real, None) => Some(lab::default_out()),
+            (ClockKind::Virtual, None) => None,
+        };
+        Ok(RunPlan {
+            lab: LabPlan {
+                scenario,
+                clock: self.clock,
+                timer: self.timer,
+                keep_raw: save_to.is_some(),
+            },
+            format: self.format,
+            save_to,
+            quiet: self.quiet,
+        })
+    }
+}
+
+/// Parse the command line, run it, and return the exit code. Errors are
+/// printed once, as one line.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match execute(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("noisylab: {e:#}");
+            EXIT_BAD_INPUT
+        }
+    }
+}
+
+pub fn execute(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Run(opts) => commands::run(&opts.plan()?),
+        Command::Report(opts) => commands::report(&opts),
+        Command::Compare(opts) => commands::compare(&opts),
+        Command::Validate(opts) => commands::validate(&opts),
+        Command::Calibrate(opts) => commands::calibrate(&opts),
+    }
+}

@@ -1,0 +1,256 @@
+//! The lab: every strategy of a scenario, `runs` times each, on one clock.
+//!
+//! - [`run`] drives the strategies and their runs; each run is one
+//!   [`run_once`] on the virtual clock or, inside a [`RealContext`], on the
+//!   real one. The context gathers what only a real-clock lab records (the
+//!   calibration before it, its start time, wall time and peak memory).
+//! - [`summary`] turns a run's job records into its figures, and a
+//!   strategy's runs into their median, min and max.
+//! - [`warnings`] decides, once, what a person should be told about the figures.
+
+pub mod summary;
+pub mod warnings;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::calibrate::{self, CalibratePlan};
+use crate::engine::clock::{Drivers, runtime};
+use crate::engine::{
+    self, Interrupted, JobRecord, Pool, RealClock, RunStats, Timer, VirtualClock, load,
+};
+use crate::machine::Machine;
+use crate::output::progress::Progress;
+use crate::results::{ClockKind, LabResults, RealFacts, RunResult, SCHEMA_VERSION};
+use crate::scenario::{Scenario, Strategy};
+use crate::sched::AnyScheduler;
+
+/// Occupancy is sampled every 50 ms of lab time for the plots.
+pub const SAMPLE_NS: u64 = 50_000_000;
+
+/// What to run, already checked.
+#[derive(Debug, Clone)]
+pub struct LabPlan {
+    pub scenario: Scenario,
+    pub clock: ClockKind,
+    pub timer: Timer,
+    /// Keep histograms and traces in the results (needed to save them).
+    pub keep_raw: bool,
+}
+
+/// A finished (or interrupted) lab.
+#[derive(Debug)]
+pub struct LabOutcome {
+    pub results: LabResults,
+    /// Ctrl-C stopped the lab; `results` holds only the runs that completed.
+    pub interrupted: bool,
+}
+
+pub fn pool_for(scenario: &Scenario, strategy: &Strategy) -> Pool {
+    Pool {
+        workers: scenario.workers,
+        job_ns: scenario.job_ms * 1_000_000,
+        normal_tenants: scenario.normal.tenants,
+        cap: strategy.cap,
+        sample_ns: SAMPLE_NS,
+        traffic_ns: load::secs_to_ns(scenario.traffic_s),
+    }
+}
+
+/// Run one strategy once on the virtual clock. Deterministic for a seed.
+pub fn run_virtual(
+    scenario: &Scenario,
+    strategy: &Strategy,
+    seed: u64,
+) -> (Vec<JobRecord>, RunStats) {
+    let pool = pool_for(scenario, strategy);
+    let plan = load::plan(scenario, seed);
+    let mut sched = AnyScheduler::new(strategy, tenant_count(scenario));
+    let never = AtomicBool::new(false);
+    let mut clock = VirtualClock::new();
+    let fut = engine::run(&mut clock, &pool, &mut sched, plan, &never);
+    block_on_ready(fut).expect("a virtual run is never interrupted")
+}
+
+fn tenant_count(scenario: &Scenario) -> usize {
+    scenario.normal.tenants as usize + scenario.burst_tenants().len()
+}
+
+/// What a real-clock lab measures around its runs, and the runtime they use.
+pub struct RealContext {
+    timer: Timer,
+    created: jiff::Timestamp,
+    calibration: calibrate::Calibration,
+    load_start: Option<[f64; 3]>,
+    wall: Instant,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl RealContext {
+    /// Note the load and the time, calibrate (about 1.5 s), start the clock.
+    pub fn begin(timer: Timer) -> Result<RealContext> {
+        let load_start = Machine::load_now();
+        let now = jiff::Timestamp::now();
+        let created = now.round(jiff::Unit::Second).unwrap_or(now);
+        let calibration = calibrate::run(CalibratePlan::QUICK)?;
+        Ok(RealContext {
+            timer,
+            created,
+            calibration,
+            load_start,
+            wall: Instant::now(),
+            runtime: runtime(Drivers::Timers)?,
+        })
+    }
+
+    /// One run on real timers; `stop` ends it early.
+    fn run(
+        &self,
+        pool: &Pool,
+        sched: &mut AnyScheduler,
+        plan: Vec<JobRecord>,
+        stop: &AtomicBool,
+    ) -> Result<(Vec<JobRecord>, RunStats), Interrupted> {
+        let mut clock = RealClock::start(self.timer);
+        self.runtime
+            .block_on(engine::run(&mut clock, pool, sched, plan, stop))
+    }
+
+    /// The facts to save, with the load average at both ends in `machine`.
+    fn end(self, machine: &mut Machine) -> RealFacts {
+        machine.load_start = self.load_start;
+        machine.load_end = Machine::load_now();
+        RealFacts {
+            timer: self.timer,
+            created: self.created,
+            calibration: self.calibration,
+            wall_s: self.wall.elapsed().as_secs_f64(),
+            peak_rss_mib: crate::machine::peak_rss_mib(),
+        }
+    }
+}
+
+/// Run the whole lab. Between and during runs `stop` is watched: once set,
+/// the lab returns what completed so far with `interrupted` set.
+pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<LabOutcome> {
+    let scenario = &plan.scenario;
+    let mut machine = Machine::this();
+    let real = match plan.clock {
+        ClockKind::Real => Some(RealContext::begin(plan.timer)?),
+        ClockKind::Virtual => None,
+    };
+    let total = scenario.strategy.len() * scenario.runs as usize;
+    let mut strategies = Vec::new();
+    let mut interrupted = false;
+    'strategies: for strategy in &scenario.strategy {
+        let mut runs: Vec<RunResult> = Vec::new();
+        for k in 0..scenario.runs {
+            let at = Position {
+                run: k,
+                index: strategies.len() * scenario.runs as usize + k as usize,
+                total,
+            };
+            match run_once(plan, strategy, at, real.as_ref(), stop, progress) {
+                Ok(run) => runs.push(run),
+                Err(Interrupted) => interrupted = true,
+            }
+            interrupted |= stop.load(Ordering::Relaxed);
+            if interrupted {
+                break;
+            }
+        }
+        if !runs.is_empty() {
+            strategies.push(summary::strategy(strategy, runs));
+        }
+        if interrupted {
+            break 'strategies;
+        }
+    }
+    let mut results = LabResults {
+        schema: SCHEMA_VERSION,
+        tool: env!("CARGO_PKG_VERSION").to_string(),
+        scenario: scenario.clone(),
+        clock: plan.clock,
+        seed: scenario.seed,
+        real: real.map(|r| r.end(&mut machine)),
+        machine,
+        warnings: Vec::new(),
+        strategies,
+    };
+    results.warnings = warnings::check(&results);
+    Ok(LabOutcome {
+        results,
+        interrupted,
+    })
+}
+
+/// Where a run stands in the lab, for its progress bar.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    /// Run of its strategy, from 0.
+    run: u32,
+    /// Run of the whole lab, from 0, of `total`.
+    index: usize,
+    total: usize,
+}
+
+/// One run of one strategy, summarised: on real timers inside `real`, else
+/// on the virtual clock.
+fn run_once(
+    plan: &LabPlan,
+    strategy: &Strategy,
+    at: Position,
+    real: Option<&RealContext>,
+    stop: &AtomicBool,
+    progress: &Progress,
+) -> Result<RunResult, Interrupted> {
+    let scenario = &plan.scenario;
+    let seed = scenario.seed + u64::from(at.run);
+    let pool = pool_for(scenario, strategy);
+    let (jobs, stats) = match real {
+        None => run_virtual(scenario, strategy, seed),
+        Some(real) => {
+            // The virtual clock predicts the run's length for the progress bar.
+            let expected_s = run_virtual(scenario, strategy, seed).1.end as f64 / 1e9;
+            let bar = progress.run_bar(
+                &strategy.name,
+                at.run + 1,
+                scenario.runs,
+                at.index,
+                at.total,
+                expected_s,
+            );
+            let mut sched = AnyScheduler::new(strategy, tenant_count(scenario));
+            let out = real.run(&pool, &mut sched, load::plan(scenario, seed), stop);
+            bar.finish();
+            out?
+        }
+    };
+    Ok(summary::run(
+        scenario,
+        &pool,
+        seed,
+        &jobs,
+        &stats,
+        plan.keep_raw,
+    ))
+}
+
+/// Drive a future that never waits on I/O or timers (a virtual-clock run)
+/// to completion on this thread.
+pub fn block_on_ready<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => panic!("a virtual-clock run never waits"),
+    }
+}
+
+/// Where a real-clock lab saves its results by default.
+pub fn default_out() -> PathBuf {
+    PathBuf::from("reports")
+}

@@ -1,0 +1,80 @@
+//! Statistics every layer shares: percentiles of nanosecond histograms, the
+//! histogram codec of results files (hdrhistogram V2 + deflate, base64), and
+//! the median of sorted values.
+
+use anyhow::{Context, Result};
+use base64::Engine as _;
+use hdrhistogram::Histogram;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    pub const ZERO: Percentiles = Percentiles {
+        p50: 0.0,
+        p95: 0.0,
+        p99: 0.0,
+        max: 0.0,
+    };
+}
+
+/// An auto-resizing histogram with three significant figures.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant figures is valid")
+}
+
+/// Record one value; an auto-resizing histogram takes any `u64`.
+#[inline]
+pub fn record(h: &mut Histogram<u64>, value: u64) {
+    h.record(value)
+        .expect("an auto-resizing histogram takes any u64");
+}
+
+/// p50, p95, p99 and max of a histogram of nanoseconds, divided by `per_unit`.
+pub fn percentiles(h: &Histogram<u64>, per_unit: f64) -> Percentiles {
+    if h.is_empty() {
+        return Percentiles::ZERO;
+    }
+    let at = |q: f64| h.value_at_quantile(q) as f64 / per_unit;
+    Percentiles {
+        p50: at(0.50),
+        p95: at(0.95),
+        p99: at(0.99),
+        max: h.max() as f64 / per_unit,
+    }
+}
+
+/// The median of sorted values (the mean of the middle two for an even count).
+pub fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+pub fn encode_histogram(h: &Histogram<u64>) -> String {
+    let mut bytes = Vec::new();
+    V2DeflateSerializer::new()
+        .serialize(h, &mut bytes)
+        .expect("serializing into memory cannot fail");
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub fn decode_histogram(text: &str) -> Result<Histogram<u64>> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .context("histogram is not base64")?;
+    Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .map_err(|e| anyhow::anyhow!("histogram is not hdrhistogram V2: {e:?}"))
+}
