@@ -10,6 +10,8 @@ use crate::results::Figures;
 use crate::units::{count, ms, secs};
 
 pub const DEFAULT_PATH: &str = "lab/reference/article.toml";
+/// The same figures, compiled in, for a binary run outside the repository.
+pub const BUILT_IN: &str = include_str!("../lab/reference/article.toml");
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +42,11 @@ impl Reference {
         toml::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{}", e.message()))
             .with_context(|| format!("{}: invalid reference file", path.display()))
+    }
+
+    /// The post's figures as built into the binary.
+    pub fn built_in() -> Reference {
+        toml::from_str(BUILT_IN).expect("the built-in reference parses (a test checks)")
     }
 
     pub fn strategy(&self, name: &str) -> Option<&RefStrategy> {
@@ -103,3 +110,15 @@ pub const FIGURES: &[FigureDef] = &[
         machine_set_below: 0.0,
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_reference_is_the_file() {
+        let file = Reference::load(Path::new(DEFAULT_PATH)).unwrap();
+        assert_eq!(Reference::built_in(), file);
+        assert_eq!(file.strategy.len(), 5);
+    }
+}

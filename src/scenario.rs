@@ -91,6 +91,23 @@ fn default_seed() -> u64 {
     1
 }
 
+/// Where `noisylab run` looks for the post's lab before falling back to the
+/// copy built into the binary.
+pub const DEFAULT_PATH: &str = "lab/article.toml";
+
+/// Scenarios compiled into the binary, so it runs with no files beside it;
+/// `noisylab scenario NAME` prints one as a start for your own.
+pub const BUILT_IN: &[(&str, &str)] = &[
+    ("article", include_str!("../lab/article.toml")),
+    ("smoke", include_str!("../lab/smoke.toml")),
+    ("scale", include_str!("../lab/scale.toml")),
+];
+
+/// The text of a built-in scenario.
+pub fn built_in_text(name: &str) -> Option<&'static str> {
+    BUILT_IN.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
 /// Most jobs one lab run may plan: past this the per-job records alone
 /// (40 bytes each) would take more than 4 GiB.
 pub const MAX_JOBS_PER_RUN: u64 = 100_000_000;
@@ -129,6 +146,21 @@ impl Scenario {
             message: format!("cannot read scenario file: {}", crate::fsio::io_reason(&e)),
         })?;
         Scenario::parse(path, &text)
+    }
+
+    /// A scenario built into the binary (see [`BUILT_IN`]); errors call it
+    /// `built-in NAME`.
+    pub fn built_in(name: &str) -> Result<Scenario, ScenarioError> {
+        let label = PathBuf::from(format!("built-in {name}"));
+        match built_in_text(name) {
+            Some(text) => Scenario::parse(&label, text),
+            None => Err(ScenarioError {
+                file: label,
+                at: None,
+                key: String::new(),
+                message: format!("no such built-in scenario; built in: {}", built_in_names()),
+            }),
+        }
     }
 
     /// Parse and validate scenario text; `path` is only used in messages.
@@ -459,6 +491,15 @@ impl Queue {
             Queue::Fair => "fair",
         }
     }
+}
+
+/// `article, smoke, scale`.
+pub fn built_in_names() -> String {
+    BUILT_IN
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn positive_seconds(key: &str, v: f64) -> Result<(), (String, String)> {

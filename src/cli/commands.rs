@@ -10,7 +10,7 @@ use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
 use super::interrupt::watch_ctrl_c;
 use super::{
     CalibrateFormat, CalibrateOpts, CompareFormat, CompareOpts, EXIT_CHECK_FAILED,
-    EXIT_INTERRUPTED, EXIT_OK, ReportOpts, RunPlan, ValidateOpts,
+    EXIT_INTERRUPTED, EXIT_OK, ReportOpts, RunPlan, ScenarioOpts, ValidateOpts,
 };
 use crate::lab::{self, LabOutcome};
 use crate::output::progress::Progress;
@@ -188,6 +188,19 @@ pub fn validate(opts: &ValidateOpts) -> Result<i32> {
     } else {
         EXIT_CHECK_FAILED
     })
+}
+
+/// Print a built-in scenario's text as it is compiled in.
+pub fn scenario(opts: &ScenarioOpts) -> Result<i32> {
+    let Some(text) = crate::scenario::built_in_text(&opts.name) else {
+        bail!(
+            "scenario {:?}: no such built-in scenario; built in: {}",
+            opts.name,
+            crate::scenario::built_in_names()
+        );
+    };
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(EXIT_OK)
 }
 
 pub fn calibrate(opts: &CalibrateOpts) -> Result<i32> {

@@ -9,7 +9,7 @@
 mod commands;
 mod interrupt;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -51,19 +51,43 @@ pub enum Command {
     Validate(ValidateOpts),
     /// Measure this machine's timer overshoot and dispatch floor.
     Calibrate(CalibrateOpts),
+    /// Print a scenario built into noisylab, to start your own from
+    /// (`noisylab scenario article > my.toml`).
+    Scenario(ScenarioOpts),
+}
+
+#[derive(Debug, Args)]
+pub struct ScenarioOpts {
+    /// Which built-in scenario: article (the post's lab), smoke (one second), scale.
+    #[arg(default_value = "article")]
+    pub name: String,
 }
 
 /// The post's published figures, shared by the commands that judge results.
 #[derive(Debug, Args)]
 pub struct ReferenceArg {
-    /// The post's figures.
-    #[arg(long = "reference", value_name = "FILE", default_value = crate::reference::DEFAULT_PATH)]
-    pub path: PathBuf,
+    /// The post's figures [default: lab/reference/article.toml, else the copy
+    /// built into the binary].
+    #[arg(long = "reference", value_name = "FILE")]
+    pub path: Option<PathBuf>,
 }
 
 impl ReferenceArg {
+    /// The file named, else the default file, else the built-in figures
+    /// (said in one line on stderr).
     pub fn load(&self) -> Result<Reference> {
-        Reference::load(&self.path)
+        let default = Path::new(crate::reference::DEFAULT_PATH);
+        match &self.path {
+            Some(path) => Reference::load(path),
+            None if default.exists() => Reference::load(default),
+            None => {
+                eprintln!(
+                    "noisylab: no {} in this folder: using the post's figures built into noisylab",
+                    default.display()
+                );
+                Ok(Reference::built_in())
+            }
+        }
     }
 }
 
@@ -143,9 +167,9 @@ impl CalibrateOpts {
 
 #[derive(Debug, Args)]
 pub struct RunOpts {
-    /// Scenario file.
-    #[arg(default_value = "lab/article.toml")]
-    pub scenario: PathBuf,
+    /// Scenario file [default: lab/article.toml, else the article lab built
+    /// into the binary].
+    pub scenario: Option<PathBuf>,
     /// `real`: wall-clock workers and real sleeps; `virtual`: deterministic, instant.
     #[arg(long, value_enum, default_value_t = ClockKind::Real)]
     pub clock: ClockKind,
@@ -183,9 +207,34 @@ pub struct RunPlan {
 }
 
 impl RunOpts {
+    /// The file named, else `lab/article.toml`, else the built-in article
+    /// lab (said in one line on stderr).
+    fn scenario(&self) -> Result<Scenario> {
+        let default = Path::new(crate::scenario::DEFAULT_PATH);
+        Ok(match &self.scenario {
+            Some(path) => Scenario::load(path)?,
+            None if default.exists() => Scenario::load(default)?,
+            None => {
+                eprintln!(
+                    "noisylab: no {} in this folder: running the article lab built into noisylab \
+                     (`noisylab scenario article` prints it)",
+                    default.display()
+                );
+                Scenario::built_in("article")?
+            }
+        })
+    }
+
+    fn scenario_label(&self) -> String {
+        match &self.scenario {
+            Some(path) => path.display().to_string(),
+            None => crate::scenario::DEFAULT_PATH.to_string(),
+        }
+    }
+
     /// Load the scenario, apply the overrides, and decide where results go.
     pub fn plan(&self) -> Result<RunPlan> {
-        let mut scenario = Scenario::load(&self.scenario)?;
+        let mut scenario = self.scenario()?;
         if let Some(runs) = self.runs {
             scenario.runs = runs;
         }
@@ -194,7 +243,7 @@ impl RunOpts {
         }
         scenario
             .select(&self.strategies)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", self.scenario.display()))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.scenario_label()))?;
         let save_to = match (self.clock, &self.out) {
             (_, Some(dir)) => Some(dir.clone()),
             (ClockKind::Real, None) => Some(lab::default_out()),
@@ -234,5 +283,6 @@ pub fn execute(cli: Cli) -> Result<i32> {
         Command::Compare(opts) => commands::compare(&opts),
         Command::Validate(opts) => commands::validate(&opts),
         Command::Calibrate(opts) => commands::calibrate(&opts),
+        Command::Scenario(opts) => commands::scenario(&opts),
     }
 }

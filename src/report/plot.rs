@@ -1,13 +1,20 @@
 //! SVG charts of one results file (plotters' SVG backend: no system fonts).
-//! Each chart uses the first run of every strategy; every function returns
-//! the SVG text and does no I/O.
+//! Each chart uses the first run of every strategy, one panel per strategy
+//! on shared axes (small multiples), so no strategy's series can hide
+//! another's; counts sit on integer axes. Every function returns the SVG
+//! text and does no I/O.
 
 use anyhow::{Result, anyhow};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::results::{LabResults, RawRun};
 
 const WIDTH: u32 = 960;
+/// Height of one strategy's panel.
+const PANEL_H: u32 = 210;
+/// Height of a chart's title band.
+const TITLE_H: u32 = 36;
 /// Waits below this (including 0) are drawn at it, so a log axis can show them.
 const WAIT_FLOOR_MS: f64 = 1e-4;
 
@@ -37,180 +44,176 @@ fn first_runs(results: &LabResults) -> Vec<(&str, &RawRun)> {
         .collect()
 }
 
-/// The legend box every chart draws.
-fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
-    chart: &mut ChartContext<'a, DB, CT>,
-    position: SeriesLabelPosition,
-) -> Result<()> {
-    chart
-        .configure_series_labels()
-        .position(position)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)
-}
-
 fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing the chart failed: {e:?}")
 }
 
-/// Normal tenants' wait against their enqueue time, a series per strategy, log scale.
-pub fn waits(results: &LabResults) -> Result<String> {
-    let runs = first_runs(results);
+/// A chart of `panels` stacked panels under a title: draws the title and
+/// hands each panel's area to `draw`.
+fn stacked<F>(title: &str, panels: usize, mut draw: F) -> Result<String>
+where
+    F: FnMut(usize, &DrawingArea<SVGBackend<'_>, Shift>) -> Result<()>,
+{
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, 480)).into_drawing_area();
+        let height = TITLE_H + PANEL_H * panels.max(1) as u32;
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let t_max = runs
-            .iter()
-            .flat_map(|(_, r)| r.normal_waits.iter().map(|p| p[0]))
-            .fold(1.0, f64::max);
-        let w_max = runs
-            .iter()
-            .flat_map(|(_, r)| r.normal_waits.iter().map(|p| p[1]))
-            .fold(1.0, f64::max);
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Normal tenants' wait by enqueue time (first run of each strategy)",
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(36)
+        let (top, body) = root.split_vertically(TITLE_H);
+        top.titled(title, ("sans-serif", 18)).map_err(err)?;
+        for (i, panel) in body.split_evenly((panels.max(1), 1)).iter().enumerate() {
+            if i < panels {
+                draw(i, panel)?;
+            }
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// A tick label without trailing zeros: `5`, `2.5`, `0.001`, `10,000`.
+fn short(v: f64) -> String {
+    if v.abs() >= 1000.0 {
+        return crate::units::count(v.round() as u64);
+    }
+    let rounded = format!("{:.6}", v);
+    rounded
+        .trim_end_matches('0')
+        .trim_end_matches('.')
+        .to_string()
+}
+
+/// Lab time the longest trace covers, in seconds.
+fn trace_end_s(runs: &[(&str, &RawRun)], len: impl Fn(&RawRun) -> usize) -> f64 {
+    runs.iter()
+        .map(|(_, r)| len(r) as f64 * r.occupancy.step_ms / 1e3)
+        .fold(1.0, f64::max)
+}
+
+/// Normal tenants' wait against their enqueue time, a panel per strategy on
+/// one log scale.
+pub fn waits(results: &LabResults) -> Result<String> {
+    let runs = first_runs(results);
+    let t_max = runs
+        .iter()
+        .flat_map(|(_, r)| r.normal_waits.iter().map(|p| p[0]))
+        .fold(1.0, f64::max);
+    let w_max = runs
+        .iter()
+        .flat_map(|(_, r)| r.normal_waits.iter().map(|p| p[1]))
+        .fold(1.0, f64::max);
+    let title = "Normal tenants' wait by enqueue time (first run of each strategy; waits under 0.0001 ms drawn at it)";
+    stacked(title, runs.len(), |i, panel| {
+        let (name, run) = runs[i];
+        let mut chart = ChartBuilder::on(panel)
+            .caption(name, ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(40)
             .y_label_area_size(64)
             .build_cartesian_2d(0.0..t_max * 1.02, (WAIT_FLOOR_MS..w_max * 2.0).log_scale())
             .map_err(err)?;
         chart
             .configure_mesh()
             .x_desc("enqueued at (s)")
+            .x_label_formatter(&|v| short(*v))
             .y_desc("wait (ms, log)")
+            .y_label_formatter(&|v| short(*v))
             .draw()
             .map_err(err)?;
-        for (i, (name, run)) in runs.iter().enumerate() {
-            let color = palette(i);
-            let points = run
-                .normal_waits
-                .iter()
-                .map(|p| (p[0], p[1].max(WAIT_FLOOR_MS)));
-            chart
-                .draw_series(points.map(|p| Circle::new(p, 2, color.filled())))
-                .map_err(err)?
-                .label(*name)
-                .legend(move |(x, y)| Circle::new((x + 6, y), 4, color.filled()));
-        }
-        legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
-        root.present().map_err(err)?;
-    }
-    Ok(svg)
+        let color = palette(i);
+        let points = run
+            .normal_waits
+            .iter()
+            .map(|p| (p[0], p[1].max(WAIT_FLOOR_MS)));
+        chart
+            .draw_series(points.map(|p| Circle::new(p, 2, color.filled())))
+            .map_err(err)?;
+        Ok(())
+    })
 }
 
 /// Busy workers over time, normal and noisy, one panel per strategy.
 pub fn busy(results: &LabResults) -> Result<String> {
     let runs = first_runs(results);
-    let workers = f64::from(results.scenario.workers);
-    let panel_h = 200;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, panel_h * runs.len().max(1) as u32))
-            .into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let panels = root.split_evenly((runs.len().max(1), 1));
-        for ((name, run), panel) in runs.iter().zip(panels.iter()) {
-            let occ = &run.occupancy;
-            let step = occ.step_ms / 1e3;
-            let t_max = (occ.busy_normal.len() as f64 * step).max(step);
-            let mut chart = ChartBuilder::on(panel)
-                .caption(
-                    format!("{name}: busy workers (of {workers})"),
-                    ("sans-serif", 15),
-                )
-                .margin(8)
-                .x_label_area_size(26)
-                .y_label_area_size(44)
-                .build_cartesian_2d(0.0..t_max, 0.0..workers * 1.05)
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc("lab time (s)")
-                .draw()
-                .map_err(err)?;
-            let series = |v: &[u32]| -> Vec<(f64, f64)> {
-                v.iter()
-                    .enumerate()
-                    .map(|(i, &b)| (i as f64 * step, f64::from(b)))
-                    .collect()
-            };
-            chart
-                .draw_series(LineSeries::new(
-                    series(&occ.busy_burst),
-                    palette(0).stroke_width(2),
-                ))
-                .map_err(err)?
-                .label("noisy")
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], palette(0)));
-            chart
-                .draw_series(LineSeries::new(
-                    series(&occ.busy_normal),
-                    palette(1).stroke_width(2),
-                ))
-                .map_err(err)?
-                .label("normal")
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], palette(1)));
-            legend(&mut chart, SeriesLabelPosition::UpperRight)?;
-        }
-        root.present().map_err(err)?;
-    }
-    Ok(svg)
-}
-
-/// Jobs waiting over time, a line per strategy.
-pub fn queued(results: &LabResults) -> Result<String> {
-    let runs = first_runs(results);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, 420)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut t_max: f64 = 1.0;
-        let mut q_max: f64 = 1.0;
-        for (_, r) in &runs {
-            let occ = &r.occupancy;
-            t_max = t_max.max(occ.queued.len() as f64 * occ.step_ms / 1e3);
-            q_max = q_max.max(occ.queued.iter().copied().max().unwrap_or(0) as f64);
-        }
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Jobs waiting (first run of each strategy)",
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(36)
+    let workers = results.scenario.workers;
+    let title = format!(
+        "Busy workers of {workers}: bursting tenants in red, normal tenants in blue (first run of each strategy)"
+    );
+    stacked(&title, runs.len(), |i, panel| {
+        let (name, run) = runs[i];
+        let occ = &run.occupancy;
+        let step = occ.step_ms / 1e3;
+        let t_max = (occ.busy_normal.len() as f64 * step).max(step);
+        let mut chart = ChartBuilder::on(panel)
+            .caption(name, ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(40)
             .y_label_area_size(64)
-            .build_cartesian_2d(0.0..t_max, 0.0..q_max * 1.05)
+            .build_cartesian_2d(0.0..t_max, 0u32..workers + 1)
             .map_err(err)?;
         chart
             .configure_mesh()
             .x_desc("lab time (s)")
+            .x_label_formatter(&|v| short(*v))
+            .y_desc("busy workers")
+            .draw()
+            .map_err(err)?;
+        let series = |v: &[u32]| -> Vec<(f64, u32)> {
+            v.iter()
+                .enumerate()
+                .map(|(i, &b)| (i as f64 * step, b))
+                .collect()
+        };
+        // The title names the colours: a legend box would hide the lines.
+        for (values, color) in [
+            (&occ.busy_burst, palette(0)),
+            (&occ.busy_normal, palette(1)),
+        ] {
+            chart
+                .draw_series(LineSeries::new(series(values), color.stroke_width(2)))
+                .map_err(err)?;
+        }
+        Ok(())
+    })
+}
+
+/// Jobs waiting over time, a panel per strategy on shared axes.
+pub fn queued(results: &LabResults) -> Result<String> {
+    let runs = first_runs(results);
+    let t_max = trace_end_s(&runs, |r| r.occupancy.queued.len());
+    let q_max = runs
+        .iter()
+        .flat_map(|(_, r)| r.occupancy.queued.iter().copied())
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let title = "Jobs waiting (first run of each strategy)";
+    stacked(title, runs.len(), |i, panel| {
+        let (name, run) = runs[i];
+        let occ = &run.occupancy;
+        let step = occ.step_ms / 1e3;
+        let mut chart = ChartBuilder::on(panel)
+            .caption(name, ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..t_max, 0u32..q_max + q_max / 20 + 1)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("lab time (s)")
+            .x_label_formatter(&|v| short(*v))
             .y_desc("queued jobs")
             .draw()
             .map_err(err)?;
-        for (i, (name, run)) in runs.iter().enumerate() {
-            let occ = &run.occupancy;
-            let step = occ.step_ms / 1e3;
-            let color = palette(i);
-            chart
-                .draw_series(LineSeries::new(
-                    occ.queued
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &q)| (i as f64 * step, f64::from(q))),
-                    color.stroke_width(2),
-                ))
-                .map_err(err)?
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-        }
-        legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
-        root.present().map_err(err)?;
-    }
-    Ok(svg)
+        let points = occ
+            .queued
+            .iter()
+            .enumerate()
+            .map(|(k, &q)| (k as f64 * step, q));
+        chart
+            .draw_series(LineSeries::new(points, palette(i).stroke_width(2)))
+            .map_err(err)?;
+        Ok(())
+    })
 }

@@ -9,6 +9,8 @@ use super::markdown::MarkdownExporter;
 use super::{compare, plot};
 use crate::reference::Reference;
 use crate::results::{ClockKind, LabResults};
+use crate::scenario::{Arrivals, Kind};
+use crate::units;
 use crate::validate;
 
 /// A results file, named as the README should link it (`runs/x.json`).
@@ -53,57 +55,118 @@ pub fn render(sources: &[Source<'_>], reference: &Reference) -> Result<Page> {
     }
     let mut plots = Vec::new();
     for s in sources {
-        let r = s.results;
-        let stem = s
-            .link
-            .rsplit('/')
-            .next()
-            .unwrap_or(&s.link)
-            .trim_end_matches(".json")
-            .to_string();
-        readme.push_str(&format!(
-            "## {}: {}, {}\n\nResults file: [`{}`]({}).\n\n",
-            r.scenario.name,
-            r.machine.host,
-            r.created()
-                .map_or_else(|| "virtual clock".to_string(), |t| t.to_string()),
-            s.link,
-            s.link
-        ));
-        readme.push_str(&MarkdownExporter::body(r));
-        if let Some(c) = r.real.as_ref().map(|real| &real.calibration) {
-            readme.push_str(&format!(
-                "\nCalibration just before the lab ({} sleeps of {} ms per timer, {} dispatches):\n\n{}\n",
-                c.sleeps,
-                c.sleep_ms,
-                c.dispatches,
-                super::calibration::table(c, ASCII_MARKDOWN)
-            ));
-        }
-        let v = validate::validate(r, reference);
-        readme.push_str(&format!(
-            "\nValidation against the post (`noisylab validate {}`):\n\n{}",
-            s.link,
-            super::validation::render(&v, ASCII_MARKDOWN)
-        ));
-        if r.has_raw() {
-            let charts = [
-                (
-                    "waits",
-                    "Normal tenants' wait by enqueue time",
-                    plot::waits(r)?,
-                ),
-                ("busy", "Busy workers, normal and noisy", plot::busy(r)?),
-                ("queued", "Jobs waiting", plot::queued(r)?),
-            ];
-            readme.push('\n');
-            for (kind, alt, svg) in charts {
-                let name = format!("{stem}-{kind}.svg");
-                readme.push_str(&format!("![{alt}](plots/{name})\n\n"));
-                plots.push((name, svg));
-            }
-        }
-        readme.push('\n');
+        readme.push_str(&section(s, reference, &mut plots)?);
     }
     Ok(Page { readme, plots })
+}
+
+/// One results file's section; its charts are added to `plots`.
+fn section(
+    s: &Source<'_>,
+    reference: &Reference,
+    plots: &mut Vec<(String, String)>,
+) -> Result<String> {
+    let r = s.results;
+    let stem = s
+        .link
+        .rsplit('/')
+        .next()
+        .unwrap_or(&s.link)
+        .trim_end_matches(".json")
+        .to_string();
+    let mut out = format!(
+        "## {}: {}, {}\n\nResults file: [`{}`]({}).\n\n",
+        r.scenario.name,
+        r.machine.host,
+        r.created()
+            .map_or_else(|| "virtual clock".to_string(), |t| t.to_string()),
+        s.link,
+        s.link
+    );
+    out.push_str(&MarkdownExporter::body(r));
+    if let Some(c) = r.real.as_ref().map(|real| &real.calibration) {
+        out.push_str(&format!(
+            "\nCalibration just before the lab ({} sleeps of {} ms per timer, {} dispatches):\n\n{}\n",
+            c.sleeps,
+            c.sleep_ms,
+            c.dispatches,
+            super::calibration::table(c, ASCII_MARKDOWN)
+        ));
+    }
+    let v = validate::validate(r, reference);
+    out.push_str(&format!(
+        "\nValidation against the post (`noisylab validate {}`):\n\n{}",
+        s.link,
+        super::validation::render(&v, ASCII_MARKDOWN)
+    ));
+    if r.has_raw() {
+        let charts = [
+            (
+                "waits",
+                "Normal tenants' wait by enqueue time",
+                plot::waits(r)?,
+            ),
+            ("busy", "Busy workers, normal and noisy", plot::busy(r)?),
+            ("queued", "Jobs waiting", plot::queued(r)?),
+        ];
+        out.push('\n');
+        for (kind, alt, svg) in charts {
+            let name = format!("{stem}-{kind}.svg");
+            out.push_str(&format!("![{alt}](plots/{name})\n\n"));
+            if kind == "waits"
+                && let Some(note) = lockstep_note(r)
+            {
+                out.push_str(&note);
+            }
+            plots.push((name, svg));
+        }
+    }
+    out.push('\n');
+    Ok(out)
+}
+
+/// What the waits chart shows for the work-conserving fair queue when a
+/// normal tenant's period is a whole number of jobs: the tie between its
+/// arrival and the completion of the worker that ran its previous job.
+fn lockstep_note(r: &LabResults) -> Option<String> {
+    let fair = r.strategies.iter().find(|s| s.queue.kind() == Kind::Fair)?;
+    let sc = &r.scenario;
+    let period_ms = 1e3 / sc.normal.rate_per_s;
+    let jobs = period_ms / sc.job_ms as f64;
+    let whole = sc.normal.arrivals == Arrivals::Periodic
+        && !sc.burst.is_empty()
+        && jobs >= 1.0
+        && (jobs - jobs.round()).abs() < 1e-9;
+    if !whole {
+        return None;
+    }
+    let jobs = jobs.round() as u64;
+    let head = format!(
+        "**Reading the waits chart.** A normal tenant sends every {} ms, the time of exactly {jobs} \
+         jobs of {} ms. In \"{}\", once the burst keeps every worker busy, the worker that starts a \
+         tenant's job runs {jobs} jobs back to back (that one, then the noisy tenant's) and frees up \
+         again at the very instant the tenant's next job arrives, which then runs on it, and so on.",
+        units::sig3(period_ms),
+        sc.job_ms,
+        fair.name
+    );
+    let tail = match r.clock {
+        ClockKind::Real => format!(
+            " On real timers each of those {jobs} jobs holds its worker a little longer than {} ms (the job \
+             overshoot: median {} here), so the arrival comes first and waits for that worker, a little \
+             longer every cycle: the points that climb in a straight line, about {jobs} overshoots per {} ms. \
+             On the virtual clock the two instants tie exactly; the completion is handled first and gives \
+             the worker to the noisy tenant, so the same arrival waits for the next completion instead.\n\n",
+            sc.job_ms,
+            units::ms(fair.median.job_overshoot_ms.p50),
+            units::sig3(period_ms)
+        ),
+        ClockKind::Virtual => " On the virtual clock the two instants tie exactly; the completion is handled \
+             first and gives the worker to the noisy tenant, so the arrival waits for the next completion: \
+             the same wait every cycle, a horizontal row of points. On real timers the jobs overshoot by \
+             microseconds, the arrival comes first, and the row becomes a line that climbs by a few \
+             microseconds a cycle.\n\n"
+            .to_string(),
+    };
+    Some(head + &tail)
 }

@@ -97,10 +97,22 @@ fn the_generated_report_markdown_is_stable() {
             svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
             "{name} is an SVG"
         );
-        assert!(
-            svg.contains("Fair queue, no cap"),
-            "{name} names the strategies"
-        );
+        // One panel per strategy, each titled: no series can hide another.
+        for s in &results.strategies {
+            let title = format!(">\n{}\n</text>", s.name);
+            assert_eq!(
+                svg.matches(&title).count(),
+                1,
+                "{name}: a panel for {}",
+                s.name
+            );
+        }
+        // Counts are labelled as whole numbers (`20`, not `20.0`).
+        if !name.ends_with("-waits.svg") {
+            let tick = |label: &str| svg.contains(&format!(">\n{label}\n</text>"));
+            assert!(!tick("20.0") && !tick("2000.0"), "{name}");
+            assert!(tick("20") || tick("2,000"), "{name}: integer ticks");
+        }
     }
 }
 
