@@ -101,14 +101,14 @@ pub async fn measure_timer(
 async fn measure_dispatch(jobs: u32) -> Percentiles {
     let pool = Pool {
         workers: 1,
-        job_ns: 100_000,
+        mean_job_ns: vec![100_000],
         normal_tenants: 1,
         cap: None,
         sample_ns: 1_000_000_000,
         traffic_ns: u64::from(jobs) * 1_000_000,
     };
     let plan: Vec<JobRecord> = (0..u64::from(jobs))
-        .map(|i| JobRecord::planned(0, (i + 1) * 1_000_000))
+        .map(|i| JobRecord::planned(0, (i + 1) * 1_000_000, 100_000))
         .collect();
     let mut sched = Fifo::new(
         1,

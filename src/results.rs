@@ -3,6 +3,8 @@
 //! reading and writing files in `store`. A results file holds the histograms
 //! too (see `stats`), so any percentile can be recomputed without rerunning.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::calibrate::Calibration;
@@ -115,6 +117,51 @@ pub struct Figures {
     pub retry_after_s: u64,
     /// Lab time from t = 0 to the last completion.
     pub lab_s: f64,
+    /// Per class (a tenant group, a trace, a bursting tenant), by name.
+    #[serde(default)]
+    pub classes: BTreeMap<String, ClassFigures>,
+    /// Per tenant, among the non-bursting tenants.
+    #[serde(default)]
+    pub tenants: TenantFigures,
+}
+
+/// One class's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassFigures {
+    /// Enqueue-to-start wait of its jobs that started.
+    pub wait_ms: Percentiles,
+    /// (wait + duration) ÷ duration: 1 when a job never waits.
+    pub slowdown: Slowdown,
+    /// Jobs the class submitted (started or rejected).
+    pub jobs: u64,
+    pub rejected: u64,
+    /// Tokens of the jobs that ran.
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    /// From its first arrival to its last completion, in seconds.
+    pub done_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Slowdown {
+    pub p50: f64,
+    pub p95: f64,
+}
+
+/// The tenants at a glance: the worst p95 wait and who had it, who went over
+/// the scenario's `alert_p95_ms`, and how evenly they were slowed.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantFigures {
+    pub worst_p95_ms: f64,
+    /// The tenant with the worst p95 wait.
+    pub worst: String,
+    /// Tenants whose p95 wait exceeded `alert_p95_ms` (empty without it).
+    pub over_alert: Vec<String>,
+    /// Jain's index over each tenant's mean slowdown: 1 when all are slowed alike.
+    pub jain_slowdown: f64,
 }
 
 /// What a run's figures were computed from.
@@ -127,6 +174,12 @@ pub struct RawRun {
     pub normal_waits: Vec<[f64; 2]>,
     /// Occupancy on a grid of `step_ms` from t = 0.
     pub occupancy: OccupancyTrace,
+    /// Every tenant's p95 wait in ms and p95 slowdown, by tenant id, to four
+    /// significant figures (null: the tenant ran no job).
+    #[serde(default)]
+    pub tenant_p95_wait_ms: Vec<Option<f32>>,
+    #[serde(default)]
+    pub tenant_p95_slowdown: Vec<Option<f32>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

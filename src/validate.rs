@@ -473,7 +473,13 @@ fn done_check(s: &StrategyResults, post_s: f64, what: &str) -> Check {
 /// duration, per tenant).
 fn expected_idle(results: &LabResults, cap: u32) -> f64 {
     let sc = &results.scenario;
-    let normal_busy = f64::from(sc.normal.tenants) * sc.normal.rate_per_s * sc.job_ms as f64 / 1e3;
+    let population = sc.population();
+    let normal_busy: f64 = sc
+        .groups()
+        .iter()
+        .zip(&population.classes)
+        .map(|(g, c)| f64::from(g.count) * g.rate_per_s * c.mean_job_ms / 1e3)
+        .sum();
     let bursting = sc.burst_tenants().len() as f64;
     f64::from(sc.workers) - bursting * f64::from(cap) - normal_busy
 }

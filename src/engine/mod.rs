@@ -31,34 +31,48 @@ pub type Nanos = u64;
 /// Marks an instant that never came (a rejected job never starts).
 pub const NEVER: Nanos = Nanos::MAX;
 
-/// One job's life: planned (by the load plan), enqueued (when the engine
-/// actually submitted it), started and finished.
+/// One job's life: planned (by the load plan, with its size), enqueued (when
+/// the engine actually submitted it), started and finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobRecord {
     pub planned: Nanos,
     pub enqueued: Nanos,
     pub started: Nanos,
     pub finished: Nanos,
+    /// How long the job holds its worker.
+    pub duration: Nanos,
     pub tenant: TenantId,
+    pub tokens_in: u32,
+    pub tokens_out: u32,
 }
 
 impl JobRecord {
-    pub fn planned(tenant: TenantId, at: Nanos) -> JobRecord {
+    pub fn planned(tenant: TenantId, at: Nanos, duration: Nanos) -> JobRecord {
         JobRecord {
             planned: at,
             enqueued: NEVER,
             started: NEVER,
             finished: NEVER,
+            duration,
             tenant,
+            tokens_in: 0,
+            tokens_out: 0,
         }
+    }
+
+    pub fn with_tokens(mut self, tokens_in: u32, tokens_out: u32) -> JobRecord {
+        self.tokens_in = tokens_in;
+        self.tokens_out = tokens_out;
+        self
     }
 }
 
 /// The pool a run uses.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Pool {
     pub workers: u32,
-    pub job_ns: Nanos,
+    /// Each tenant's mean job duration, for the retry-after hint.
+    pub mean_job_ns: Vec<Nanos>,
     /// Tenants `0..normal_tenants` are normal; the rest burst.
     pub normal_tenants: u32,
     /// Most jobs one tenant may run at once (for the retry-after hint).
@@ -228,7 +242,7 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
             }
             Err(rejected) => {
                 self.stats.rejected += 1;
-                let hint = self.retry_after_s(rejected.waiting);
+                let hint = self.retry_after_s(tenant, rejected.waiting);
                 self.stats.retry_after_s_max = self.stats.retry_after_s_max.max(hint);
             }
         }
@@ -243,19 +257,21 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
             };
             let started = self.clock.now();
             self.jobs[id as usize].started = started;
+            let duration = self.jobs[id as usize].duration;
             self.running
-                .push(Reverse((started.saturating_add(self.pool.job_ns), id)));
+                .push(Reverse((started.saturating_add(duration), id)));
             self.idle -= 1;
             self.occupancy.started(self.is_burst(tenant));
         }
     }
 
     /// Seconds until a tenant with `waiting` jobs queued has drained them at
-    /// its best rate (its cap, or the whole pool), rounded up as HTTP's
-    /// Retry-After wants.
-    fn retry_after_s(&self, waiting: u32) -> u64 {
+    /// its best rate (its cap, or the whole pool) and its mean job duration,
+    /// rounded up as HTTP's Retry-After wants.
+    fn retry_after_s(&self, tenant: TenantId, waiting: u32) -> u64 {
         let parallel = self.pool.cap.unwrap_or(u32::MAX).min(self.pool.workers);
-        let ns = u128::from(waiting) * u128::from(self.pool.job_ns) / u128::from(parallel.max(1));
+        let job_ns = self.pool.mean_job_ns[tenant as usize];
+        let ns = u128::from(waiting) * u128::from(job_ns) / u128::from(parallel.max(1));
         ns.div_ceil(1_000_000_000) as u64
     }
 

@@ -50,10 +50,11 @@ pub struct LabOutcome {
 }
 
 pub fn pool_for(scenario: &Scenario, strategy: &Strategy) -> Pool {
+    let population = scenario.population();
     Pool {
         workers: scenario.workers,
-        job_ns: scenario.job_ms * 1_000_000,
-        normal_tenants: scenario.normal.tenants,
+        mean_job_ns: population.mean_job_ns(),
+        normal_tenants: population.non_burst,
         cap: strategy.cap,
         sample_ns: SAMPLE_NS,
         traffic_ns: load::secs_to_ns(scenario.traffic_s),
@@ -76,7 +77,7 @@ pub fn run_virtual(
 }
 
 fn tenant_count(scenario: &Scenario) -> usize {
-    scenario.normal.tenants as usize + scenario.burst_tenants().len()
+    scenario.population().tenants()
 }
 
 /// What a real-clock lab measures around its runs, and the runtime they use.

@@ -1,16 +1,23 @@
 //! From a run's job records to its figures, and from a strategy's runs to
 //! their median, min and max.
 
+use std::collections::BTreeMap;
+
 use hdrhistogram::Histogram;
 
 use crate::engine::load::secs_to_ns;
 use crate::engine::{JobRecord, NEVER, Nanos, Pool, RunStats};
-use crate::results::{Figures, OccupancyTrace, RawHistograms, RawRun, RunResult, StrategyResults};
-use crate::scenario::{Scenario, Strategy};
+use crate::results::{
+    ClassFigures, Figures, OccupancyTrace, RawHistograms, RawRun, RunResult, Slowdown,
+    StrategyResults, TenantFigures,
+};
+use crate::scenario::{Population, Scenario, Strategy};
 use crate::stats::{Percentiles, encode_histogram, median, new_histogram, percentiles, record};
 
 /// Most (enqueue time, wait) points kept per run for the plots.
 const MAX_TRACE_POINTS: usize = 4000;
+/// Slowdowns are kept in histograms in thousandths.
+const SLOWDOWN_SCALE: f64 = 1000.0;
 
 /// One run's histograms, filled from its job records.
 struct Measured {
@@ -45,11 +52,18 @@ impl Measured {
             }
             if job.finished != NEVER {
                 let held = job.finished - job.started;
-                record(&mut m.overshoot, held.saturating_sub(pool.job_ns));
+                record(&mut m.overshoot, held.saturating_sub(job.duration));
             }
         }
         m
     }
+}
+
+/// A job's slowdown: (wait + duration) ÷ duration; `None` for a job that
+/// never started or holds its worker no time at all.
+fn slowdown(job: &JobRecord) -> Option<f64> {
+    (job.started != NEVER && job.duration > 0)
+        .then(|| (job.started - job.enqueued + job.duration) as f64 / job.duration as f64)
 }
 
 /// Turn one run's records into its figures (and, with `keep_raw`, its
@@ -63,6 +77,8 @@ pub fn run(
     keep_raw: bool,
 ) -> RunResult {
     let m = Measured::from_jobs(pool, jobs);
+    let population = scenario.population();
+    let per_tenant = PerTenant::of(&population, jobs);
     let first_burst = scenario.burst.iter().map(|b| secs_to_ns(b.at_s)).min();
     let noisy_done_s = match (first_burst, m.burst_last) {
         (Some(first), Some(last)) => Some(ns_to_s(last.saturating_sub(first))),
@@ -84,12 +100,197 @@ pub fn run(
         waiting_s: ns_to_s(stats.waiting_ns),
         retry_after_s: stats.retry_after_s_max,
         lab_s: ns_to_s(stats.end),
+        classes: classes(&population, jobs),
+        tenants: per_tenant.figures(&population, scenario.alert_p95_ms),
     };
-    let raw = keep_raw.then(|| raw_run(&m, pool, jobs, stats));
+    let raw = keep_raw.then(|| raw_run(&m, pool, jobs, stats, &per_tenant));
     RunResult { seed, figures, raw }
 }
 
-fn raw_run(m: &Measured, pool: &Pool, jobs: &[JobRecord], stats: &RunStats) -> RawRun {
+/// Every class's figures, keyed by name.
+fn classes(population: &Population, jobs: &[JobRecord]) -> BTreeMap<String, ClassFigures> {
+    struct Acc {
+        wait: Histogram<u64>,
+        slowdown: Histogram<u64>,
+        jobs: u64,
+        rejected: u64,
+        tokens_in: u64,
+        tokens_out: u64,
+        first: Nanos,
+        last: Option<Nanos>,
+    }
+    let mut acc: Vec<Acc> = population
+        .classes
+        .iter()
+        .map(|_| Acc {
+            wait: new_histogram(),
+            slowdown: new_histogram(),
+            jobs: 0,
+            rejected: 0,
+            tokens_in: 0,
+            tokens_out: 0,
+            first: NEVER,
+            last: None,
+        })
+        .collect();
+    for job in jobs.iter().filter(|j| j.enqueued != NEVER) {
+        let a = &mut acc[population.class_of[job.tenant as usize] as usize];
+        a.jobs += 1;
+        a.first = a.first.min(job.enqueued);
+        if job.started == NEVER {
+            a.rejected += 1;
+            continue;
+        }
+        record(&mut a.wait, job.started - job.enqueued);
+        if let Some(s) = slowdown(job) {
+            record(&mut a.slowdown, (s * SLOWDOWN_SCALE).round() as u64);
+        }
+        a.tokens_in += u64::from(job.tokens_in);
+        a.tokens_out += u64::from(job.tokens_out);
+        if job.finished != NEVER {
+            a.last = a.last.max(Some(job.finished));
+        }
+    }
+    population
+        .classes
+        .iter()
+        .zip(acc)
+        .map(|(c, a)| {
+            let s = percentiles(&a.slowdown, SLOWDOWN_SCALE);
+            let figures = ClassFigures {
+                wait_ms: percentiles(&a.wait, 1e6),
+                slowdown: Slowdown {
+                    p50: s.p50,
+                    p95: s.p95,
+                },
+                jobs: a.jobs,
+                rejected: a.rejected,
+                tokens_in: a.tokens_in,
+                tokens_out: a.tokens_out,
+                done_s: a.last.map(|last| ns_to_s(last.saturating_sub(a.first))),
+            };
+            (c.name.clone(), figures)
+        })
+        .collect()
+}
+
+/// Each tenant's p95 wait and slowdown, and its mean slowdown.
+struct PerTenant {
+    p95_wait_ns: Vec<Option<Nanos>>,
+    p95_slowdown: Vec<Option<f64>>,
+    mean_slowdown: Vec<Option<f64>>,
+}
+
+impl PerTenant {
+    fn of(population: &Population, jobs: &[JobRecord]) -> PerTenant {
+        let tenants = population.tenants();
+        // Group the started jobs by tenant (counting sort: ids are dense).
+        let mut start = vec![0usize; tenants + 1];
+        let started = || jobs.iter().filter(|j| j.started != NEVER);
+        for j in started() {
+            start[j.tenant as usize + 1] += 1;
+        }
+        for t in 0..tenants {
+            start[t + 1] += start[t];
+        }
+        let mut fill = start.clone();
+        let mut waits = vec![0u64; start[tenants]];
+        let mut slow = vec![0f64; start[tenants]];
+        for j in started() {
+            let at = &mut fill[j.tenant as usize];
+            waits[*at] = j.started - j.enqueued;
+            slow[*at] = slowdown(j).unwrap_or(1.0);
+            *at += 1;
+        }
+        let mut out = PerTenant {
+            p95_wait_ns: Vec::with_capacity(tenants),
+            p95_slowdown: Vec::with_capacity(tenants),
+            mean_slowdown: Vec::with_capacity(tenants),
+        };
+        for t in 0..tenants {
+            let (w, s) = (
+                &mut waits[start[t]..start[t + 1]],
+                &mut slow[start[t]..start[t + 1]],
+            );
+            if w.is_empty() {
+                out.p95_wait_ns.push(None);
+                out.p95_slowdown.push(None);
+                out.mean_slowdown.push(None);
+                continue;
+            }
+            w.sort_unstable();
+            s.sort_by(f64::total_cmp);
+            out.p95_wait_ns.push(Some(w[nearest_rank(w.len(), 0.95)]));
+            out.p95_slowdown.push(Some(s[nearest_rank(s.len(), 0.95)]));
+            out.mean_slowdown
+                .push(Some(s.iter().sum::<f64>() / s.len() as f64));
+        }
+        out
+    }
+
+    /// The worst p95, who had it, who went over the alert, and Jain's index,
+    /// over the non-bursting tenants.
+    fn figures(&self, population: &Population, alert_ms: Option<f64>) -> TenantFigures {
+        let normal = 0..population.non_burst as usize;
+        let mut worst: Option<(Nanos, usize)> = None;
+        let mut over_alert = Vec::new();
+        for t in normal.clone() {
+            let Some(p95) = self.p95_wait_ns[t] else {
+                continue;
+            };
+            if worst.is_none_or(|(w, _)| p95 > w) {
+                worst = Some((p95, t));
+            }
+            if alert_ms.is_some_and(|a| p95 as f64 / 1e6 > a) {
+                over_alert.push(population.tenant_name(t as u32));
+            }
+        }
+        let means: Vec<f64> = self.mean_slowdown[normal]
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        TenantFigures {
+            worst_p95_ms: worst.map_or(0.0, |(w, _)| w as f64 / 1e6),
+            worst: worst.map_or_else(String::new, |(_, t)| population.tenant_name(t as u32)),
+            over_alert,
+            jain_slowdown: jain(&means),
+        }
+    }
+}
+
+/// Index of the nearest-rank quantile `q` of `n` sorted values.
+fn nearest_rank(n: usize, q: f64) -> usize {
+    ((q * n as f64).ceil() as usize).clamp(1, n) - 1
+}
+
+/// Jain's fairness index: (Σx)² ÷ (n Σx²); 1 when all are equal.
+pub fn jain(values: &[f64]) -> f64 {
+    let sum: f64 = values.iter().sum();
+    let squares: f64 = values.iter().map(|v| v * v).sum();
+    if values.is_empty() || squares == 0.0 {
+        1.0
+    } else {
+        sum * sum / (values.len() as f64 * squares)
+    }
+}
+
+/// Four significant figures, as an `f32`, for the per-tenant arrays.
+fn sig4(v: f64) -> f32 {
+    if v == 0.0 || !v.is_finite() {
+        return v as f32;
+    }
+    let scale = 10f64.powi(3 - v.abs().log10().floor() as i32);
+    ((v * scale).round() / scale) as f32
+}
+
+fn raw_run(
+    m: &Measured,
+    pool: &Pool,
+    jobs: &[JobRecord],
+    stats: &RunStats,
+    per_tenant: &PerTenant,
+) -> RawRun {
     RawRun {
         histograms: RawHistograms {
             normal_wait_ns: encode_histogram(&m.normal_wait),
@@ -105,6 +306,16 @@ fn raw_run(m: &Measured, pool: &Pool, jobs: &[JobRecord], stats: &RunStats) -> R
             busy_burst: stats.samples.iter().map(|s| s.busy_burst).collect(),
             queued: stats.samples.iter().map(|s| s.queued).collect(),
         },
+        tenant_p95_wait_ms: per_tenant
+            .p95_wait_ns
+            .iter()
+            .map(|w| w.map(|w| sig4(w as f64 / 1e6)))
+            .collect(),
+        tenant_p95_slowdown: per_tenant
+            .p95_slowdown
+            .iter()
+            .map(|s| s.map(sig4))
+            .collect(),
     }
 }
 
@@ -121,50 +332,151 @@ fn normal_wait_trace(jobs: &[JobRecord], normal_tenants: u32) -> Vec<[f64; 2]> {
         .collect()
 }
 
+/// Which of a strategy's runs a combined figure stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pick {
+    Median,
+    Min,
+    Max,
+}
+
+impl Pick {
+    /// The value of sorted values.
+    fn value(self, sorted: &[f64]) -> f64 {
+        match self {
+            Pick::Median => median(sorted),
+            Pick::Min => sorted[0],
+            Pick::Max => sorted[sorted.len() - 1],
+        }
+    }
+
+    /// The index of the run it stands for, of `n` sorted (upper median).
+    fn index(self, n: usize) -> usize {
+        match self {
+            Pick::Median => n / 2,
+            Pick::Min => 0,
+            Pick::Max => n - 1,
+        }
+    }
+}
+
 /// A strategy's runs with their median, min and max, figure by figure.
 pub fn strategy(def: &Strategy, runs: Vec<RunResult>) -> StrategyResults {
     let figures: Vec<&Figures> = runs.iter().map(|r| &r.figures).collect();
     StrategyResults {
-        median: combine(&figures, median),
-        min: combine(&figures, |v| v[0]),
-        max: combine(&figures, |v| v[v.len() - 1]),
+        median: combine(&figures, Pick::Median),
+        min: combine(&figures, Pick::Min),
+        max: combine(&figures, Pick::Max),
         name: def.name.clone(),
         queue: def.discipline(),
         runs,
     }
 }
 
-/// Combine several runs field by field; `pick` gets each field's values sorted.
-fn combine(runs: &[&Figures], pick: fn(&[f64]) -> f64) -> Figures {
-    let f = |get: &dyn Fn(&Figures) -> f64| {
-        let mut v: Vec<f64> = runs.iter().map(|r| get(r)).collect();
-        v.sort_by(f64::total_cmp);
-        if v.is_empty() { f64::NAN } else { pick(&v) }
-    };
-    let p = |get: &dyn Fn(&Figures) -> Percentiles| Percentiles {
-        p50: f(&|r| get(r).p50),
-        p95: f(&|r| get(r).p95),
-        p99: f(&|r| get(r).p99),
-        max: f(&|r| get(r).max),
-    };
-    let noisy: Vec<f64> = runs.iter().filter_map(|r| r.noisy_done_s).collect();
+/// `pick` of each field's values across runs; `None` where no run has one.
+fn pick_opt(values: impl Iterator<Item = Option<f64>>, pick: Pick) -> Option<f64> {
+    let mut v: Vec<f64> = values.flatten().collect();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| pick.value(&v))
+}
+
+fn pick_all(values: impl Iterator<Item = f64>, pick: Pick) -> f64 {
+    pick_opt(values.map(Some), pick).unwrap_or(f64::NAN)
+}
+
+fn pick_percentiles<'a>(
+    ps: impl Iterator<Item = &'a Percentiles> + Clone,
+    pick: Pick,
+) -> Percentiles {
+    Percentiles {
+        p50: pick_all(ps.clone().map(|p| p.p50), pick),
+        p95: pick_all(ps.clone().map(|p| p.p95), pick),
+        p99: pick_all(ps.clone().map(|p| p.p99), pick),
+        max: pick_all(ps.map(|p| p.max), pick),
+    }
+}
+
+/// Combine several runs field by field.
+fn combine(runs: &[&Figures], pick: Pick) -> Figures {
+    let f = |get: &dyn Fn(&Figures) -> f64| pick_all(runs.iter().map(|r| get(r)), pick);
+    let count = |get: &dyn Fn(&Figures) -> u64| f(&|r| get(r) as f64).round() as u64;
     Figures {
-        normal_wait_ms: p(&|r| r.normal_wait_ms),
-        noisy_done_s: (!noisy.is_empty()).then(|| {
-            let mut v = noisy;
-            v.sort_by(f64::total_cmp);
-            pick(&v)
-        }),
-        rejected: f(&|r| r.rejected as f64).round() as u64,
-        normal_jobs: f(&|r| r.normal_jobs as f64).round() as u64,
-        job_overshoot_ms: p(&|r| r.job_overshoot_ms),
-        dispatch_floor_us: p(&|r| r.dispatch_floor_us),
-        arrival_lag_ms: p(&|r| r.arrival_lag_ms),
+        normal_wait_ms: pick_percentiles(runs.iter().map(|r| &r.normal_wait_ms), pick),
+        noisy_done_s: pick_opt(runs.iter().map(|r| r.noisy_done_s), pick),
+        rejected: count(&|r| r.rejected),
+        normal_jobs: count(&|r| r.normal_jobs),
+        job_overshoot_ms: pick_percentiles(runs.iter().map(|r| &r.job_overshoot_ms), pick),
+        dispatch_floor_us: pick_percentiles(runs.iter().map(|r| &r.dispatch_floor_us), pick),
+        arrival_lag_ms: pick_percentiles(runs.iter().map(|r| &r.arrival_lag_ms), pick),
         idle_workers_while_waiting: f(&|r| r.idle_workers_while_waiting),
         idle_workers_while_waiting_in_traffic: f(&|r| r.idle_workers_while_waiting_in_traffic),
         waiting_s: f(&|r| r.waiting_s),
-        retry_after_s: f(&|r| r.retry_after_s as f64).round() as u64,
+        retry_after_s: count(&|r| r.retry_after_s),
         lab_s: f(&|r| r.lab_s),
+        classes: combine_classes(runs, pick),
+        tenants: combine_tenants(runs, pick),
+    }
+}
+
+fn combine_classes(runs: &[&Figures], pick: Pick) -> BTreeMap<String, ClassFigures> {
+    let Some(first) = runs.first() else {
+        return BTreeMap::new();
+    };
+    first
+        .classes
+        .keys()
+        .map(|name| {
+            let cs: Vec<&ClassFigures> = runs.iter().filter_map(|r| r.classes.get(name)).collect();
+            let f = |get: &dyn Fn(&ClassFigures) -> f64| pick_all(cs.iter().map(|c| get(c)), pick);
+            let count = |get: &dyn Fn(&ClassFigures) -> u64| f(&|c| get(c) as f64).round() as u64;
+            let figures = ClassFigures {
+                wait_ms: pick_percentiles(cs.iter().map(|c| &c.wait_ms), pick),
+                slowdown: Slowdown {
+                    p50: f(&|c| c.slowdown.p50),
+                    p95: f(&|c| c.slowdown.p95),
+                },
+                jobs: count(&|c| c.jobs),
+                rejected: count(&|c| c.rejected),
+                tokens_in: count(&|c| c.tokens_in),
+                tokens_out: count(&|c| c.tokens_out),
+                done_s: pick_opt(cs.iter().map(|c| c.done_s), pick),
+            };
+            (name.clone(), figures)
+        })
+        .collect()
+}
+
+/// The worst tenant of the run the pick stands for; over the alert in a
+/// majority of runs (median), in every run (min) or in any (max).
+fn combine_tenants(runs: &[&Figures], pick: Pick) -> TenantFigures {
+    if runs.is_empty() {
+        return TenantFigures::default();
+    }
+    let mut by_worst: Vec<&TenantFigures> = runs.iter().map(|r| &r.tenants).collect();
+    by_worst.sort_by(|a, b| a.worst_p95_ms.total_cmp(&b.worst_p95_ms));
+    let needed = match pick {
+        Pick::Median => runs.len() / 2 + 1,
+        Pick::Min => runs.len(),
+        Pick::Max => 1,
+    };
+    let mut names: Vec<&String> = runs.iter().flat_map(|r| &r.tenants.over_alert).collect();
+    names.sort();
+    names.dedup();
+    let over_alert = names
+        .into_iter()
+        .filter(|n| {
+            runs.iter()
+                .filter(|r| r.tenants.over_alert.contains(n))
+                .count()
+                >= needed
+        })
+        .cloned()
+        .collect();
+    TenantFigures {
+        worst_p95_ms: pick_all(runs.iter().map(|r| r.tenants.worst_p95_ms), pick),
+        worst: by_worst[pick.index(runs.len())].worst.clone(),
+        over_alert,
+        jain_slowdown: pick_all(runs.iter().map(|r| r.tenants.jain_slowdown), pick),
     }
 }
 

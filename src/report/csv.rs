@@ -1,7 +1,9 @@
 //! Every figure, run by run, as CSV: one row per strategy and run (plus its
 //! median, min and max rows). The columns are the JSON figures flattened
 //! (`normal_wait_ms.p95` becomes `normal_wait_ms_p95`), so the two formats
-//! always carry the same fields.
+//! always carry the same fields. Per-class figures are columns too
+//! (`classes_normal_wait_ms_p95`); a list of tenant names is one cell, `;`
+//! between names.
 
 use anyhow::Result;
 use serde_json::Value;
@@ -32,6 +34,15 @@ fn flatten_into(prefix: &str, value: &Value, out: &mut Vec<(String, String)>) {
             }
         }
         Value::Null => out.push((prefix.to_string(), String::new())),
+        Value::String(text) => out.push((prefix.to_string(), text.clone())),
+        // A list of names (the tenants over the alert) in one cell.
+        Value::Array(items) => {
+            let cells: Vec<String> = items
+                .iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), String::from))
+                .collect();
+            out.push((prefix.to_string(), cells.join(";")));
+        }
         other => out.push((prefix.to_string(), other.to_string())),
     }
 }

@@ -131,9 +131,11 @@ fn section(
 fn lockstep_note(r: &LabResults) -> Option<String> {
     let fair = r.strategies.iter().find(|s| s.queue.kind() == Kind::Fair)?;
     let sc = &r.scenario;
-    let period_ms = 1e3 / sc.normal.rate_per_s;
-    let jobs = period_ms / sc.job_ms as f64;
-    let whole = sc.normal.arrivals == Arrivals::Periodic
+    let normal = sc.normal.as_ref()?;
+    let job_ms = sc.job_ms.fixed_value()?;
+    let period_ms = 1e3 / normal.rate_per_s;
+    let jobs = period_ms / job_ms;
+    let whole = normal.arrivals == Arrivals::Periodic
         && !sc.burst.is_empty()
         && jobs >= 1.0
         && (jobs - jobs.round()).abs() < 1e-9;
@@ -147,7 +149,7 @@ fn lockstep_note(r: &LabResults) -> Option<String> {
          tenant's job runs {jobs} jobs back to back (that one, then the noisy tenant's) and frees up \
          again at the very instant the tenant's next job arrives, which then runs on it, and so on.",
         units::sig3(period_ms),
-        sc.job_ms,
+        job_ms,
         fair.name
     );
     let tail = match r.clock {
@@ -157,7 +159,7 @@ fn lockstep_note(r: &LabResults) -> Option<String> {
              longer every cycle: the points that climb in a straight line, about {jobs} overshoots per {} ms. \
              On the virtual clock the two instants tie exactly; the completion is handled first and gives \
              the worker to the noisy tenant, so the same arrival waits for the next completion instead.\n\n",
-            sc.job_ms,
+            job_ms,
             units::ms(fair.median.job_overshoot_ms.p50),
             units::sig3(period_ms)
         ),

@@ -147,7 +147,7 @@ fn each_bad_scenario_gets_its_message() {
         ),
         (
             edit("jobs = 2000", "jobs = 4000000000"),
-            "x.toml: one run would plan 4000000480 jobs (about 152587 MiB of job records); at most 100000000 are allowed",
+            "x.toml: one run would plan 4000000480 jobs (about 213623 MiB of job records); at most 100000000 are allowed",
         ),
         (
             format!(
@@ -340,6 +340,9 @@ fn scenarios() -> impl Strategy<Value = Scenario> {
                         tenant: format!("b{who}"),
                         at_s,
                         jobs,
+                        job_ms: None,
+                        tokens_in: None,
+                        tokens_out: None,
                     })
                     .collect();
                 s.strategy = strategies

@@ -10,7 +10,7 @@ use noisylab::scenario::Scenario;
 #[test]
 fn the_scale_scenario_at_a_tenth_keeps_every_invariant() {
     let mut s = Scenario::load(Path::new("lab/scale.toml")).unwrap();
-    s.normal.tenants /= 10;
+    s.normal.as_mut().unwrap().tenants /= 10;
     s.workers /= 10;
     s.burst[0].jobs /= 10;
     for strategy in &mut s.strategy {
@@ -23,7 +23,10 @@ fn the_scale_scenario_at_a_tenth_keeps_every_invariant() {
         common::check_invariants(&s, strategy, &jobs, stats.rejected);
         let burst_done = jobs
             .iter()
-            .filter(|j| j.tenant == s.normal.tenants && j.finished != noisylab::engine::NEVER)
+            .filter(|j| {
+                j.tenant == s.normal.as_ref().unwrap().tenants
+                    && j.finished != noisylab::engine::NEVER
+            })
             .map(|j| j.finished)
             .max()
             .unwrap();

@@ -1,6 +1,7 @@
 //! Checks shared by the integration tests.
 
 use noisylab::engine::{JobRecord, NEVER};
+use noisylab::results::Figures;
 use noisylab::scenario::{Scenario, Strategy};
 
 /// Nothing lost or duplicated, a tenant's jobs start in its own order, no
@@ -11,7 +12,6 @@ pub fn check_invariants(
     jobs: &[JobRecord],
     rejected: u64,
 ) {
-    let job_ns = scenario.job_ms * 1_000_000;
     let mut done = 0u64;
     let mut refused = 0u64;
     for j in jobs {
@@ -23,8 +23,8 @@ pub fn check_invariants(
             assert!(j.started >= j.enqueued);
             assert_eq!(
                 j.finished - j.started,
-                job_ns,
-                "a job holds its worker exactly job_ms"
+                j.duration,
+                "a job holds its worker exactly its duration"
             );
             done += 1;
         }
@@ -38,7 +38,7 @@ pub fn check_invariants(
     if strategy.limit.is_none() {
         assert_eq!(rejected, 0);
     }
-    let tenants = scenario.normal.tenants as usize + scenario.burst_tenants().len();
+    let tenants = scenario.population().tenants();
     let mut last_start = vec![0u64; tenants];
     let mut events: Vec<(u64, i32, usize)> = Vec::new();
     for j in jobs.iter().filter(|j| j.started != NEVER) {
@@ -65,4 +65,49 @@ pub fn check_invariants(
             "more jobs running than workers"
         );
     }
+}
+
+/// Per class: submitted = completed + rejected; the classes add up to the
+/// run's totals; and each class's counts are those of its tenants' jobs.
+#[allow(dead_code)] // each test binary compiles this module; not all use it
+pub fn check_classes(scenario: &Scenario, jobs: &[JobRecord], figures: &Figures) {
+    let population = scenario.population();
+    assert_eq!(
+        figures.classes.len(),
+        population.classes.len(),
+        "a figure per class"
+    );
+    let mut total_jobs = 0;
+    let mut total_rejected = 0;
+    for c in &population.classes {
+        let f = &figures.classes[&c.name];
+        let mine: Vec<&JobRecord> = jobs
+            .iter()
+            .filter(|j| j.tenant >= c.first && j.tenant < c.first + c.count)
+            .collect();
+        let completed = mine.iter().filter(|j| j.finished != NEVER).count() as u64;
+        let rejected = mine.iter().filter(|j| j.started == NEVER).count() as u64;
+        assert_eq!(f.jobs, mine.len() as u64, "{}: jobs", c.name);
+        assert_eq!(
+            f.jobs,
+            completed + rejected,
+            "{}: submitted = completed + rejected",
+            c.name
+        );
+        assert_eq!(f.rejected, rejected, "{}: rejected", c.name);
+        let out: u64 = mine
+            .iter()
+            .filter(|j| j.started != NEVER)
+            .map(|j| u64::from(j.tokens_out))
+            .sum();
+        assert_eq!(f.tokens_out, out, "{}: tokens out", c.name);
+        total_jobs += f.jobs;
+        total_rejected += f.rejected;
+    }
+    assert_eq!(
+        total_jobs,
+        jobs.len() as u64,
+        "the classes add up to the whole"
+    );
+    assert_eq!(total_rejected, figures.rejected, "rejections add up");
 }

@@ -9,6 +9,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod check;
+pub mod dist;
+pub mod population;
+pub mod trace;
+
+pub use dist::Dist;
+pub use population::{ClassKind, ClassRange, Population};
+pub use trace::{Trace, TraceData, TraceRow};
+
 /// A whole lab: the pool, the traffic, and the strategies to compare.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,11 +30,29 @@ pub struct Scenario {
     #[serde(default = "default_seed")]
     pub seed: u64,
     pub workers: u32,
-    /// Every job holds a worker this long, in milliseconds.
-    pub job_ms: u64,
-    /// Normal tenants send from t = 0 until this time, in seconds.
+    /// How long a job holds its worker, in milliseconds: a number, or a
+    /// distribution ([`Dist`]); groups, bursts and traces may set their own.
+    pub job_ms: Dist,
+    /// Input and output tokens per job (default 0), likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_in: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_out: Option<Dist>,
+    /// Normal tenants send from t = 0 until this time, in seconds (groups
+    /// until their `until_s`, which defaults to it).
     pub traffic_s: f64,
-    pub normal: Normal,
+    /// Per strategy, name the tenants whose p95 wait exceeds this, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_p95_ms: Option<f64>,
+    /// The post's well-behaved tenants: one group named `normal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normal: Option<Normal>,
+    /// Tenant groups: `[[tenants]]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<Group>,
+    /// Replayed traces: `[[trace]]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<Trace>,
     #[serde(default)]
     pub burst: Vec<Burst>,
     pub strategy: Vec<Strategy>,
@@ -40,6 +67,34 @@ pub struct Normal {
     pub rate_per_s: f64,
     #[serde(default)]
     pub arrivals: Arrivals,
+}
+
+/// A group of alike tenants: a class in the results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Group {
+    /// The class label in results; tenants are `name-1`, `name-2`, …
+    pub name: String,
+    pub count: u32,
+    /// Jobs per second, per tenant.
+    pub rate_per_s: f64,
+    #[serde(default)]
+    pub arrivals: Arrivals,
+    /// The group sends from this time (default 0) …
+    #[serde(default)]
+    pub from_s: f64,
+    /// … until this one (default `traffic_s`), in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_ms: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_in: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_out: Option<Dist>,
+    /// The group's share for weighted strategies (default 1).
+    #[serde(default = "default_weight")]
+    pub weight: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -59,6 +114,12 @@ pub struct Burst {
     pub tenant: String,
     pub at_s: f64,
     pub jobs: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_ms: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_in: Option<Dist>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_out: Option<Dist>,
 }
 
 /// One queue discipline to measure.
@@ -90,6 +151,9 @@ fn default_runs() -> u32 {
 fn default_seed() -> u64 {
     1
 }
+fn default_weight() -> f64 {
+    1.0
+}
 
 /// Where `noisylab run` looks for the post's lab before falling back to the
 /// copy built into the binary.
@@ -98,9 +162,9 @@ pub const DEFAULT_PATH: &str = "lab/article.toml";
 /// Scenarios compiled into the binary, so it runs with no files beside it;
 /// `noisylab scenario NAME` prints one as a start for your own.
 pub const BUILT_IN: &[(&str, &str)] = &[
-    ("article", include_str!("../lab/article.toml")),
-    ("smoke", include_str!("../lab/smoke.toml")),
-    ("scale", include_str!("../lab/scale.toml")),
+    ("article", include_str!("../../lab/article.toml")),
+    ("smoke", include_str!("../../lab/smoke.toml")),
+    ("scale", include_str!("../../lab/scale.toml")),
 ];
 
 /// The text of a built-in scenario.
@@ -109,8 +173,10 @@ pub fn built_in_text(name: &str) -> Option<&'static str> {
 }
 
 /// Most jobs one lab run may plan: past this the per-job records alone
-/// (40 bytes each) would take more than 4 GiB.
+/// ([`JOB_RECORD_BYTES`] each) would take more than 5 GiB.
 pub const MAX_JOBS_PER_RUN: u64 = 100_000_000;
+/// The size of the engine's record of one job (a test checks it).
+pub const JOB_RECORD_BYTES: u64 = 56;
 
 /// What is wrong with a scenario, as one line: `file[:line:col]: key: message`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -179,7 +245,7 @@ impl Scenario {
                 message,
             )
         })?;
-        let scenario: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
+        let mut scenario: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
             let inner = e.into_inner();
             // A missing key has no place of its own (its span is the whole table).
@@ -191,145 +257,35 @@ impl Scenario {
             let key = if key == "." { String::new() } else { key };
             err(at, key, describe_serde(inner.message()))
         })?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for t in &mut scenario.trace {
+            t.load(dir).map_err(|(file, e)| ScenarioError {
+                file,
+                at: e.at,
+                key: e.column,
+                message: e.message,
+            })?;
+        }
         scenario
             .check()
             .map_err(|(key, message)| err(None, key, message))?;
         Ok(scenario)
     }
 
-    /// Rules serde cannot express. Returns the offending key and why.
-    fn check(&self) -> Result<(), (String, String)> {
-        let fail = |key: &str, msg: String| Err((key.to_owned(), msg));
-        if self.name.trim().is_empty() {
-            return fail("name", "must not be empty".into());
-        }
-        if self.runs == 0 {
-            return fail("runs", "must be at least 1, found 0".into());
-        }
-        if self.workers == 0 {
-            return fail("workers", "must be at least 1, found 0".into());
-        }
-        if self.job_ms == 0 {
-            return fail("job_ms", "must be at least 1 ms, found 0".into());
-        }
-        positive_seconds("traffic_s", self.traffic_s)?;
-        if !(self.normal.rate_per_s.is_finite() && self.normal.rate_per_s >= 0.0) {
-            return fail(
-                "normal.rate_per_s",
-                format!(
-                    "must be a rate of 0 or more jobs per second, found {}",
-                    self.normal.rate_per_s
-                ),
-            );
-        }
-        if self.normal.tenants > 0 && self.normal.rate_per_s > 0.0 {
-            let interval_ns = 1e9 / self.normal.rate_per_s;
-            if interval_ns < 1.0 {
-                return fail(
-                    "normal.rate_per_s",
-                    format!(
-                        "at most 1e9 jobs per second per tenant, found {}",
-                        self.normal.rate_per_s
-                    ),
-                );
-            }
-        }
-        self.check_bursts()?;
-        if self.normal_jobs_per_run() == 0 {
-            return fail(
-                "normal",
-                "no normal jobs would be sent before traffic_s, so there is no wait to measure; \
-                 raise normal.tenants, normal.rate_per_s or traffic_s"
-                    .into(),
-            );
-        }
-        self.check_strategies()?;
-        let jobs = self.jobs_per_run();
-        if jobs > MAX_JOBS_PER_RUN {
-            return fail(
-                "",
-                format!(
-                    "one run would plan {jobs} jobs (about {} MiB of job records); at most {MAX_JOBS_PER_RUN} are allowed",
-                    jobs * 40 / (1 << 20)
-                ),
-            );
-        }
-        Ok(())
-    }
-
-    fn check_bursts(&self) -> Result<(), (String, String)> {
-        let fail = |key: &str, msg: String| Err((key.to_owned(), msg));
-        for (i, b) in self.burst.iter().enumerate() {
-            if b.tenant.trim().is_empty() {
-                return fail(&format!("burst[{i}].tenant"), "must not be empty".into());
-            }
-            if !(b.at_s.is_finite() && b.at_s >= 0.0) {
-                return fail(
-                    &format!("burst[{i}].at_s"),
-                    format!("must be 0 or more seconds, found {}", b.at_s),
-                );
-            }
-            if b.at_s >= self.traffic_s {
-                return fail(
-                    &format!("burst[{i}].at_s"),
-                    format!(
-                        "{} s is not before traffic_s = {} s, so no normal job would run beside the burst; \
-                         move the burst earlier or raise traffic_s",
-                        b.at_s, self.traffic_s
-                    ),
-                );
-            }
-            if b.jobs == 0 {
-                return fail(
-                    &format!("burst[{i}].jobs"),
-                    "must be at least 1, found 0".into(),
-                );
-            }
-        }
-        Ok(())
-    }
-
-    fn check_strategies(&self) -> Result<(), (String, String)> {
-        let fail = |key: &str, msg: String| Err((key.to_owned(), msg));
-        if self.strategy.is_empty() {
-            return fail(
-                "strategy",
-                "at least one [[strategy]] is needed (queue = \"fifo\" or \"fair\")".into(),
-            );
-        }
-        for (i, s) in self.strategy.iter().enumerate() {
-            if s.name.trim().is_empty() {
-                return fail(&format!("strategy[{i}].name"), "must not be empty".into());
-            }
-            if let Some(j) = self.strategy[..i].iter().position(|o| o.name == s.name) {
-                return fail(
-                    &format!("strategy[{i}].name"),
-                    format!(
-                        "duplicate strategy name {:?} (also strategy[{j}]); names must be unique",
-                        s.name
-                    ),
-                );
-            }
-            if s.cap == Some(0) {
-                return fail(
-                    &format!("strategy[{i}].cap"),
-                    "must be at least 1 (leave it out for no cap), found 0".into(),
-                );
-            }
-            if s.limit == Some(0) {
-                return fail(
-                    &format!("strategy[{i}].limit"),
-                    "must be at least 1 (leave it out for no limit), found 0".into(),
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// Normal jobs one run sends (exact for periodic arrivals, the mean for Poisson).
+    /// Jobs one run of the non-bursting tenants sends (exact for periodic
+    /// arrivals, the mean for Poisson; every row of the traces).
     pub fn normal_jobs_per_run(&self) -> u64 {
-        let per_tenant = (self.traffic_s * self.normal.rate_per_s).ceil();
-        (per_tenant.max(0.0) as u64).saturating_mul(u64::from(self.normal.tenants))
+        let groups: u64 = self
+            .groups()
+            .iter()
+            .map(|g| {
+                let span = (g.until_s.unwrap_or(self.traffic_s) - g.from_s).max(0.0);
+                let per_tenant = (span * g.rate_per_s).ceil();
+                (per_tenant.max(0.0) as u64).saturating_mul(u64::from(g.count))
+            })
+            .fold(0, u64::saturating_add);
+        let traces: u64 = self.trace.iter().map(|t| t.rows_replayed() as u64).sum();
+        groups.saturating_add(traces)
     }
 
     /// Jobs one run plans, bursts included.
@@ -347,6 +303,28 @@ impl Scenario {
             }
         }
         names
+    }
+
+    /// Every tenant group, `[normal]` first (as the group `normal`).
+    pub fn groups(&self) -> Vec<Group> {
+        let normal = self.normal.iter().map(|n| Group {
+            name: "normal".into(),
+            count: n.tenants,
+            rate_per_s: n.rate_per_s,
+            arrivals: n.arrivals,
+            from_s: 0.0,
+            until_s: None,
+            job_ms: None,
+            tokens_in: None,
+            tokens_out: None,
+            weight: 1.0,
+        });
+        normal.chain(self.tenants.iter().cloned()).collect()
+    }
+
+    /// The tenants and their classes.
+    pub fn population(&self) -> Population {
+        Population::of(self)
     }
 
     /// Keep only the named strategies, in the scenario's order.
@@ -500,17 +478,6 @@ pub fn built_in_names() -> String {
         .map(|(n, _)| *n)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn positive_seconds(key: &str, v: f64) -> Result<(), (String, String)> {
-    if v.is_finite() && v > 0.0 {
-        Ok(())
-    } else {
-        Err((
-            key.to_owned(),
-            format!("must be more than 0 seconds, found {v}"),
-        ))
-    }
 }
 
 /// serde's messages name fields; scenario files have keys.

@@ -1,0 +1,311 @@
+//! The rules of a scenario that serde cannot express. Each failure names
+//! the key and says what was found and what is allowed.
+
+use super::{Dist, Group, JOB_RECORD_BYTES, MAX_JOBS_PER_RUN, Scenario};
+
+/// The offending key and why.
+type Failure = (String, String);
+
+fn fail(key: &str, msg: String) -> Result<(), Failure> {
+    Err((key.to_owned(), msg))
+}
+
+impl Scenario {
+    pub(super) fn check(&self) -> Result<(), Failure> {
+        if self.name.trim().is_empty() {
+            return fail("name", "must not be empty".into());
+        }
+        if self.runs == 0 {
+            return fail("runs", "must be at least 1, found 0".into());
+        }
+        if self.workers == 0 {
+            return fail("workers", "must be at least 1, found 0".into());
+        }
+        if self.job_ms.fixed_value() == Some(0.0) {
+            return fail("job_ms", "must be at least 1 ms, found 0".into());
+        }
+        check_dist("job_ms", &self.job_ms, true)?;
+        check_dist_opt("tokens_in", &self.tokens_in, false)?;
+        check_dist_opt("tokens_out", &self.tokens_out, false)?;
+        positive_seconds("traffic_s", self.traffic_s)?;
+        if let Some(a) = self.alert_p95_ms
+            && !(a.is_finite() && a >= 0.0)
+        {
+            return fail(
+                "alert_p95_ms",
+                format!("must be 0 or more milliseconds, found {a}"),
+            );
+        }
+        if self.normal.is_some() {
+            self.check_group("normal", &self.groups()[0])?;
+        }
+        for (i, g) in self.tenants.iter().enumerate() {
+            self.check_group(&format!("tenants[{i}]"), g)?;
+        }
+        self.check_traces()?;
+        self.check_bursts()?;
+        self.check_class_names()?;
+        if self.normal.is_some() && self.normal_jobs_per_run() == 0 {
+            return fail(
+                "normal",
+                "no normal jobs would be sent before traffic_s, so there is no wait to measure; \
+                 raise normal.tenants, normal.rate_per_s or traffic_s"
+                    .into(),
+            );
+        }
+        if self.jobs_per_run() == 0 {
+            return fail(
+                "",
+                "no jobs would be sent: add [normal], [[tenants]] with a rate, a [[trace]] or a [[burst]]"
+                    .into(),
+            );
+        }
+        self.check_strategies()?;
+        let jobs = self.jobs_per_run();
+        if jobs > MAX_JOBS_PER_RUN {
+            return fail(
+                "",
+                format!(
+                    "one run would plan {jobs} jobs (about {} MiB of job records); at most {MAX_JOBS_PER_RUN} are allowed",
+                    jobs * JOB_RECORD_BYTES / (1 << 20)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// A group's rules; `key` is `normal` or `tenants[i]`.
+    fn check_group(&self, key: &str, g: &Group) -> Result<(), Failure> {
+        // `[normal]` names its count `tenants`.
+        let count_key = if key == "normal" { "tenants" } else { "count" };
+        if key != "normal" {
+            if g.name.trim().is_empty() {
+                return fail(&format!("{key}.name"), "must not be empty".into());
+            }
+            if g.count == 0 {
+                return fail(
+                    &format!("{key}.{count_key}"),
+                    "must be at least 1, found 0".into(),
+                );
+            }
+        }
+        if !(g.rate_per_s.is_finite() && g.rate_per_s >= 0.0) {
+            return fail(
+                &format!("{key}.rate_per_s"),
+                format!(
+                    "must be a rate of 0 or more jobs per second, found {}",
+                    g.rate_per_s
+                ),
+            );
+        }
+        if g.count > 0 && g.rate_per_s > 1e9 {
+            return fail(
+                &format!("{key}.rate_per_s"),
+                format!(
+                    "at most 1e9 jobs per second per tenant, found {}",
+                    g.rate_per_s
+                ),
+            );
+        }
+        if !(g.from_s.is_finite() && g.from_s >= 0.0) {
+            return fail(
+                &format!("{key}.from_s"),
+                format!("must be 0 or more seconds, found {}", g.from_s),
+            );
+        }
+        if let Some(until) = g.until_s
+            && !(until.is_finite() && until >= g.from_s)
+        {
+            return fail(
+                &format!("{key}.until_s"),
+                format!(
+                    "must be a time of from_s ({} s) or later, found {until}",
+                    g.from_s
+                ),
+            );
+        }
+        if !(g.weight.is_finite() && g.weight > 0.0) {
+            return fail(
+                &format!("{key}.weight"),
+                format!("must be a number above 0, found {}", g.weight),
+            );
+        }
+        check_dist_opt(&format!("{key}.job_ms"), &g.job_ms, true)?;
+        check_dist_opt(&format!("{key}.tokens_in"), &g.tokens_in, false)?;
+        check_dist_opt(&format!("{key}.tokens_out"), &g.tokens_out, false)
+    }
+
+    fn check_traces(&self) -> Result<(), Failure> {
+        for (i, t) in self.trace.iter().enumerate() {
+            let key = |k: &str| format!("trace[{i}].{k}");
+            if t.class.trim().is_empty() {
+                return fail(&key("class"), "must not be empty".into());
+            }
+            let has_tenants = !t.data.tenant_names.is_empty();
+            match t.tenants {
+                Some(0) => return fail(&key("tenants"), "must be at least 1, found 0".into()),
+                None if !has_tenants && !t.data.rows.is_empty() => {
+                    return fail(
+                        &key("tenants"),
+                        "missing: this trace has no tenant column, so say how many tenants to spread it over"
+                            .into(),
+                    );
+                }
+                _ => {}
+            }
+            if !(t.zipf.is_finite() && t.zipf >= 0.0) {
+                return fail(&key("zipf"), format!("must be 0 or more, found {}", t.zipf));
+            }
+            if !(t.from_s.is_finite() && t.from_s >= 0.0) {
+                return fail(
+                    &key("from_s"),
+                    format!("must be 0 or more seconds, found {}", t.from_s),
+                );
+            }
+            if !(t.speed.is_finite() && t.speed > 0.0) {
+                return fail(
+                    &key("speed"),
+                    format!("must be a number above 0, found {}", t.speed),
+                );
+            }
+            if let Some(limit) = t.limit_s {
+                positive_seconds(&key("limit_s"), limit)?;
+            }
+            check_dist_opt(&key("job_ms"), &t.job_ms, true)?;
+        }
+        Ok(())
+    }
+
+    /// Class labels (groups, trace classes, bursting tenants) are unique.
+    fn check_class_names(&self) -> Result<(), Failure> {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        let has_normal = usize::from(self.normal.is_some());
+        let named: Vec<(String, String)> = self
+            .groups()
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let key = if i < has_normal {
+                    "normal".to_string()
+                } else {
+                    format!("tenants[{}].name", i - has_normal)
+                };
+                (key, g.name)
+            })
+            .collect();
+        let traces = self
+            .trace
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("trace[{i}].class"), t.class.clone()));
+        for (key, name) in named.into_iter().chain(traces) {
+            if let Some((other, _)) = seen.iter().find(|(_, n)| *n == name) {
+                return fail(
+                    &key,
+                    format!(
+                        "duplicate class name {name:?} (also {other}); group names and trace classes must be unique"
+                    ),
+                );
+            }
+            seen.push((key, name));
+        }
+        for (i, b) in self.burst.iter().enumerate() {
+            if let Some((other, _)) = seen.iter().find(|(_, n)| *n == b.tenant) {
+                return fail(
+                    &format!("burst[{i}].tenant"),
+                    format!(
+                        "{:?} is also {other}; a bursting tenant is a class of its own, so its name must differ",
+                        b.tenant
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn check_bursts(&self) -> Result<(), Failure> {
+        for (i, b) in self.burst.iter().enumerate() {
+            if b.tenant.trim().is_empty() {
+                return fail(&format!("burst[{i}].tenant"), "must not be empty".into());
+            }
+            if !(b.at_s.is_finite() && b.at_s >= 0.0) {
+                return fail(
+                    &format!("burst[{i}].at_s"),
+                    format!("must be 0 or more seconds, found {}", b.at_s),
+                );
+            }
+            if b.at_s >= self.traffic_s {
+                return fail(
+                    &format!("burst[{i}].at_s"),
+                    format!(
+                        "{} s is not before traffic_s = {} s, so no normal job would run beside the burst; \
+                         move the burst earlier or raise traffic_s",
+                        b.at_s, self.traffic_s
+                    ),
+                );
+            }
+            if b.jobs == 0 {
+                return fail(
+                    &format!("burst[{i}].jobs"),
+                    "must be at least 1, found 0".into(),
+                );
+            }
+            check_dist_opt(&format!("burst[{i}].job_ms"), &b.job_ms, true)?;
+            check_dist_opt(&format!("burst[{i}].tokens_in"), &b.tokens_in, false)?;
+            check_dist_opt(&format!("burst[{i}].tokens_out"), &b.tokens_out, false)?;
+        }
+        Ok(())
+    }
+
+    fn check_strategies(&self) -> Result<(), Failure> {
+        if self.strategy.is_empty() {
+            return fail(
+                "strategy",
+                "at least one [[strategy]] is needed (queue = \"fifo\" or \"fair\")".into(),
+            );
+        }
+        for (i, s) in self.strategy.iter().enumerate() {
+            if s.name.trim().is_empty() {
+                return fail(&format!("strategy[{i}].name"), "must not be empty".into());
+            }
+            if let Some(j) = self.strategy[..i].iter().position(|o| o.name == s.name) {
+                return fail(
+                    &format!("strategy[{i}].name"),
+                    format!(
+                        "duplicate strategy name {:?} (also strategy[{j}]); names must be unique",
+                        s.name
+                    ),
+                );
+            }
+            if s.cap == Some(0) {
+                return fail(
+                    &format!("strategy[{i}].cap"),
+                    "must be at least 1 (leave it out for no cap), found 0".into(),
+                );
+            }
+            if s.limit == Some(0) {
+                return fail(
+                    &format!("strategy[{i}].limit"),
+                    "must be at least 1 (leave it out for no limit), found 0".into(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_dist(key: &str, d: &Dist, tokens_ok: bool) -> Result<(), Failure> {
+    d.check(tokens_ok).map_err(|m| (key.to_owned(), m))
+}
+
+fn check_dist_opt(key: &str, d: &Option<Dist>, tokens_ok: bool) -> Result<(), Failure> {
+    d.as_ref().map_or(Ok(()), |d| check_dist(key, d, tokens_ok))
+}
+
+fn positive_seconds(key: &str, v: f64) -> Result<(), Failure> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        fail(key, format!("must be more than 0 seconds, found {v}"))
+    }
+}
