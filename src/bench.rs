@@ -136,3 +136,24 @@ fn virtual_article_lab(b: divan::Bencher) {
         }
     });
 }
+
+/// Whole labs on the virtual clock, summaries included (what `noisylab run
+/// --clock virtual` computes): the article lab, the AI product's traffic,
+/// and the Azure conversation trace, its first ten minutes and all of it.
+#[divan::bench(
+    args = ["article", "ai-calls", "trace", "trace-whole"],
+    sample_count = 10
+)]
+fn virtual_lab(b: divan::Bencher, name: &str) {
+    let path = format!("lab/{name}.toml");
+    let scenario = noisylab::scenario::Scenario::load(Path::new(&path)).unwrap();
+    let plan = noisylab::lab::LabPlan {
+        scenario,
+        clock: noisylab::results::ClockKind::Virtual,
+        timer: Default::default(),
+        keep_raw: false,
+    };
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let progress = noisylab::output::progress::Progress::hidden();
+    b.bench_local(|| divan::black_box(noisylab::lab::run(&plan, &never, &progress).unwrap()));
+}

@@ -17,6 +17,10 @@ pub fn secs(v: Option<f64>) -> String {
     match v {
         None => "—".to_string(),
         Some(v) if v < 1.0 => format!("{v:.3} s"),
+        Some(v) if v >= 1000.0 => {
+            let tenths = (v * 10.0).round() as u64;
+            format!("{}.{} s", count(tenths / 10), tenths % 10)
+        }
         Some(v) => format!("{v:.1} s"),
     }
 }
@@ -91,6 +95,7 @@ mod tests {
         assert_eq!(sig3(123456.0), "123,456");
         assert_eq!(count(1896), "1,896");
         assert_eq!(secs(Some(50.04)), "50.0 s");
+        assert_eq!(secs(Some(1773.33)), "1,773.3 s");
         assert_eq!(pct(0.05), "5 %");
         assert_eq!(ratio(2.0, 1.0), "×2.00");
         assert_eq!(ratio(1.0, 0.0), "—");

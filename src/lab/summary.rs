@@ -238,7 +238,8 @@ impl PerTenant {
             let Some(p95) = self.p95_wait_ns[t] else {
                 continue;
             };
-            if worst.is_none_or(|(w, _)| p95 > w) {
+            // No tenant is "worst" while every p95 is 0.
+            if p95 > 0 && worst.is_none_or(|(w, _)| p95 > w) {
                 worst = Some((p95, t));
             }
             if alert_ms.is_some_and(|a| p95 as f64 / 1e6 > a) {
@@ -459,9 +460,13 @@ fn combine_tenants(runs: &[&Figures], pick: Pick) -> TenantFigures {
         Pick::Min => runs.len(),
         Pick::Max => 1,
     };
-    let mut names: Vec<&String> = runs.iter().flat_map(|r| &r.tenants.over_alert).collect();
-    names.sort();
-    names.dedup();
+    // In the order the runs name them (tenant id order).
+    let mut names: Vec<&String> = Vec::new();
+    for name in runs.iter().flat_map(|r| &r.tenants.over_alert) {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
     let over_alert = names
         .into_iter()
         .filter(|n| {

@@ -12,10 +12,19 @@ pub fn with_spread(
     fmt: fn(f64) -> String,
 ) -> String {
     let (lo, mid, hi) = (get(&s.min), get(&s.median), get(&s.max));
-    if s.runs.len() < 2 || lo == hi {
+    // Counts keep whole numbers in their range; a figure no run has (NaN)
+    // has no range.
+    let bare = |v: f64| {
+        if v.fract() == 0.0 && v.abs() < 1e15 && mid.fract() == 0.0 {
+            crate::units::count(v.abs() as u64)
+        } else {
+            sig3(v)
+        }
+    };
+    if s.runs.len() < 2 || lo == hi || lo.is_nan() || hi.is_nan() {
         fmt(mid)
     } else {
-        format!("{} ({}–{})", fmt(mid), sig3(lo), sig3(hi))
+        format!("{} ({}–{})", fmt(mid), bare(lo), bare(hi))
     }
 }
 

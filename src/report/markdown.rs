@@ -40,6 +40,12 @@ impl MarkdownExporter {
             "Medians of the runs; the min–max of the runs in brackets where they differ.\n\n",
         );
         out.push_str(&spread_table(results).to_string());
+        if super::table::has_workload(results) {
+            out.push_str("\n\nPer class (medians of the runs; slowdown is (wait + duration) ÷ duration):\n\n");
+            out.push_str(&super::table::class_table(results, ASCII_MARKDOWN).to_string());
+            out.push_str("\n\nPer tenant, among the non-bursting tenants:\n\n");
+            out.push_str(&super::table::tenant_table(results, ASCII_MARKDOWN).to_string());
+        }
         out.push_str("\n\nThe harness's own error (medians of the runs):\n\n");
         out.push_str(&harness_table(results, ASCII_MARKDOWN).to_string());
         out.push('\n');

@@ -217,3 +217,63 @@ pub fn queued(results: &LabResults) -> Result<String> {
         Ok(())
     })
 }
+
+/// Every tenant's p95 wait, a panel per strategy on one log scale, tenants
+/// in id order and coloured by class; `None` when the file predates
+/// per-tenant figures.
+pub fn tenants(results: &LabResults) -> Result<Option<String>> {
+    let population = results.scenario.population();
+    let runs: Vec<(&str, &[Option<f32>])> = first_runs(results)
+        .into_iter()
+        .map(|(name, raw)| (name, raw.tenant_p95_wait_ms.as_slice()))
+        .filter(|(_, w)| !w.is_empty())
+        .collect();
+    if runs.is_empty() {
+        return Ok(None);
+    }
+    let n = runs.iter().map(|(_, w)| w.len()).max().unwrap_or(1) as u32;
+    let w_max = runs
+        .iter()
+        .flat_map(|(_, w)| w.iter().flatten())
+        .fold(1.0f64, |m, &v| m.max(f64::from(v)));
+    let classes: Vec<String> = population
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{} ({})", c.name, colour_name(i)))
+        .collect();
+    let title = format!(
+        "p95 wait of every tenant (first run of each strategy; by tenant, coloured by class: {})",
+        classes.join(", ")
+    );
+    let svg = stacked(&title, runs.len(), |i, panel| {
+        let (name, waits) = runs[i];
+        let mut chart = ChartBuilder::on(panel)
+            .caption(name, ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0u32..n, (WAIT_FLOOR_MS..w_max * 2.0).log_scale())
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("tenant (id)")
+            .y_desc("p95 wait (ms, log)")
+            .y_label_formatter(&|v| short(*v))
+            .draw()
+            .map_err(err)?;
+        let points = waits.iter().enumerate().filter_map(|(t, w)| {
+            let w = f64::from((*w)?).max(WAIT_FLOOR_MS);
+            let class = population.class_of.get(t).copied().unwrap_or(0) as usize;
+            Some(Circle::new((t as u32, w), 3, palette(class).filled()))
+        });
+        chart.draw_series(points).map_err(err)?;
+        Ok(())
+    })?;
+    Ok(Some(svg))
+}
+
+/// The name of `palette(i)`, for titles that stand in for a legend.
+fn colour_name(i: usize) -> &'static str {
+    ["red", "blue", "green", "orange", "purple", "brown"][i % 6]
+}

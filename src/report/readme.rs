@@ -100,7 +100,7 @@ fn section(
         super::validation::render(&v, ASCII_MARKDOWN)
     ));
     if r.has_raw() {
-        let charts = [
+        let mut charts = vec![
             (
                 "waits",
                 "Normal tenants' wait by enqueue time",
@@ -109,6 +109,9 @@ fn section(
             ("busy", "Busy workers, normal and noisy", plot::busy(r)?),
             ("queued", "Jobs waiting", plot::queued(r)?),
         ];
+        if let Some(svg) = plot::tenants(r)? {
+            charts.push(("tenants", "Every tenant's p95 wait", svg));
+        }
         out.push('\n');
         for (kind, alt, svg) in charts {
             let name = format!("{stem}-{kind}.svg");

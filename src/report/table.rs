@@ -7,7 +7,7 @@ use comfy_table::{CellAlignment, ContentArrangement, Table, TableStyle};
 use super::Exporter;
 use super::format::header;
 use crate::results::{ClockKind, LabResults};
-use crate::units::{count, ms, secs, secs_fine, us};
+use crate::units::{count, ms, secs, secs_fine, sig3, us};
 
 pub struct TableExporter;
 
@@ -73,6 +73,90 @@ pub fn harness_table(results: &LabResults, style: TableStyle) -> Table {
     table
 }
 
+/// Per class, per strategy: waits, slowdown, counts, tokens and done time
+/// (medians of the runs).
+pub fn class_table(results: &LabResults, style: TableStyle) -> Table {
+    let mut table = Table::new();
+    table.load_style(style);
+    table.set_header(vec![
+        "Strategy",
+        "Class",
+        "Jobs",
+        "Rejected",
+        "Wait p50",
+        "Wait p95",
+        "Wait p99",
+        "Wait max",
+        "Slowdown p50",
+        "Slowdown p95",
+        "Tokens in",
+        "Tokens out",
+        "Done after first arrival",
+    ]);
+    for s in &results.strategies {
+        for (class, c) in &s.median.classes {
+            table.add_row(vec![
+                s.name.clone(),
+                class.clone(),
+                count(c.jobs),
+                count(c.rejected),
+                ms(c.wait_ms.p50),
+                ms(c.wait_ms.p95),
+                ms(c.wait_ms.p99),
+                ms(c.wait_ms.max),
+                format!("{}×", sig3(c.slowdown.p50)),
+                format!("{}×", sig3(c.slowdown.p95)),
+                count(c.tokens_in),
+                count(c.tokens_out),
+                secs(c.done_s),
+            ]);
+        }
+    }
+    right_align_from(&mut table, 2);
+    table
+}
+
+/// Per strategy: the worst tenant's p95 wait and who it is, the tenants over
+/// the scenario's alert, and Jain's index over mean slowdown.
+pub fn tenant_table(results: &LabResults, style: TableStyle) -> Table {
+    let mut table = Table::new();
+    table.load_style(style);
+    let alert = results.scenario.alert_p95_ms;
+    let mut header = vec![
+        "Strategy".to_string(),
+        "Worst tenant p95 wait".to_string(),
+        "Worst tenant".to_string(),
+    ];
+    if let Some(a) = alert {
+        header.push(format!("Tenants over p95 {}", ms(a)));
+    }
+    header.push("Jain's index, mean slowdown".to_string());
+    table.set_header(header);
+    for s in &results.strategies {
+        let t = &s.median.tenants;
+        let worst = if t.worst.is_empty() { "—".to_string() } else { t.worst.clone() };
+        let mut row = vec![s.name.clone(), ms(t.worst_p95_ms), worst];
+        if alert.is_some() {
+            row.push(names(&t.over_alert, 4));
+        }
+        row.push(format!("{:.3}", t.jain_slowdown));
+        table.add_row(row);
+    }
+    table
+}
+
+/// `n: a, b, c, …` for a list of tenant names, the first `shown` of them.
+fn names(list: &[String], shown: usize) -> String {
+    if list.is_empty() {
+        return "none".to_string();
+    }
+    let mut out = format!("{}: {}", list.len(), list[..list.len().min(shown)].join(", "));
+    if list.len() > shown {
+        out.push_str(", …");
+    }
+    out
+}
+
 /// The exact model figures a virtual run gives, without the harness-error
 /// columns that are zero by construction there.
 pub fn model_table(results: &LabResults, style: TableStyle) -> Table {
@@ -100,6 +184,15 @@ pub fn model_table(results: &LabResults, style: TableStyle) -> Table {
     table
 }
 
+/// Whether the results carry per-class figures (files from before they
+/// existed do not).
+pub fn has_workload(results: &LabResults) -> bool {
+    results
+        .strategies
+        .iter()
+        .any(|s| !s.median.classes.is_empty())
+}
+
 /// Wrap cells so the table fits the terminal it is printed on (comfy-table
 /// reads the width; piped output is left as it is).
 pub fn fit_terminal(mut table: Table) -> Table {
@@ -108,7 +201,11 @@ pub fn fit_terminal(mut table: Table) -> Table {
 }
 
 fn right_align(table: &mut Table) {
-    for i in 1..table.column_count() {
+    right_align_from(table, 1);
+}
+
+fn right_align_from(table: &mut Table, first: usize) {
+    for i in first..table.column_count() {
         if let Some(c) = table.column_mut(i) {
             c.set_cell_alignment(CellAlignment::Right);
         }
@@ -134,6 +231,12 @@ impl Exporter for TableExporter {
                 );
                 out.push_str(&fit_terminal(model_table(results, UTF8_FULL_CONDENSED)).to_string());
             }
+        }
+        if has_workload(results) {
+            out.push_str("\nPer class (medians of the runs):\n");
+            out.push_str(&fit_terminal(class_table(results, UTF8_FULL_CONDENSED)).to_string());
+            out.push_str("\nPer tenant, among the non-bursting tenants:\n");
+            out.push_str(&fit_terminal(tenant_table(results, UTF8_FULL_CONDENSED)).to_string());
         }
         out.push('\n');
         for w in &results.warnings {
