@@ -84,7 +84,9 @@ pub async fn measure_timer(
     for _ in 0..plan.sleeps {
         let target = Instant::now() + plan.sleep;
         match timer {
-            Timer::Precise => engine::clock::precise_sleep_until(target).await,
+            Timer::Precise => {
+                engine::clock::precise_sleep_until(target, engine::clock::PRECISE_MARGIN).await
+            }
             Timer::Tokio => tokio::time::sleep_until(target.into()).await,
         }
         let woke = Instant::now();
@@ -106,6 +108,7 @@ async fn measure_dispatch(jobs: u32) -> Percentiles {
         cap: None,
         sample_ns: 1_000_000_000,
         traffic_ns: u64::from(jobs) * 1_000_000,
+        model_overshoot_ns: 0,
     };
     let plan: Vec<JobRecord> = (0..u64::from(jobs))
         .map(|i| JobRecord::planned(0, (i + 1) * 1_000_000, 100_000))

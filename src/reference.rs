@@ -57,6 +57,8 @@ impl Reference {
 /// One figure of the post's table.
 pub struct FigureDef {
     pub label: &'static str,
+    /// The figure's key in results files.
+    pub key: &'static str,
     pub ours: fn(&Figures) -> Option<f64>,
     pub post: fn(&RefStrategy) -> Option<f64>,
     pub show: fn(f64) -> String,
@@ -69,6 +71,7 @@ pub struct FigureDef {
 pub const FIGURES: &[FigureDef] = &[
     FigureDef {
         label: "Normal p50",
+        key: "normal_wait_ms.p50",
         ours: |f| Some(f.normal_wait_ms.p50),
         post: |r| Some(r.normal_p50_ms),
         show: ms,
@@ -76,6 +79,7 @@ pub const FIGURES: &[FigureDef] = &[
     },
     FigureDef {
         label: "Normal p95",
+        key: "normal_wait_ms.p95",
         ours: |f| Some(f.normal_wait_ms.p95),
         post: |r| Some(r.normal_p95_ms),
         show: ms,
@@ -83,6 +87,7 @@ pub const FIGURES: &[FigureDef] = &[
     },
     FigureDef {
         label: "Normal p99",
+        key: "normal_wait_ms.p99",
         ours: |f| Some(f.normal_wait_ms.p99),
         post: |r| Some(r.normal_p99_ms),
         show: ms,
@@ -90,6 +95,7 @@ pub const FIGURES: &[FigureDef] = &[
     },
     FigureDef {
         label: "Normal max",
+        key: "normal_wait_ms.max",
         ours: |f| Some(f.normal_wait_ms.max),
         post: |r| r.normal_max_ms,
         show: ms,
@@ -97,6 +103,7 @@ pub const FIGURES: &[FigureDef] = &[
     },
     FigureDef {
         label: "Noisy tenant, time after burst",
+        key: "noisy_done_s",
         ours: |f| f.noisy_done_s,
         post: |r| Some(r.noisy_done_s),
         show: |v| secs(Some(v)),
@@ -104,6 +111,7 @@ pub const FIGURES: &[FigureDef] = &[
     },
     FigureDef {
         label: "Jobs rejected",
+        key: "rejected",
         ours: |f| Some(f.rejected as f64),
         post: |r| Some(r.rejected as f64),
         show: |v| count(v as u64),

@@ -61,6 +61,14 @@ pub struct RealFacts {
     /// Peak resident memory of the process during the lab, in MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_mib: Option<f64>,
+    /// How early the precise timer's coarse sleep ended, to spin the rest, in
+    /// ms: 3, or more where calibration found tokio's timer later than that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer_margin_ms: Option<f64>,
+    /// What else used the CPUs during the lab (files from before it was
+    /// measured have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causes: Option<crate::machine::Causes>,
 }
 
 /// One strategy's runs and their median, min and max per figure.

@@ -51,9 +51,34 @@ pub enum Command {
     Validate(ValidateOpts),
     /// Measure this machine's timer overshoot and dispatch floor.
     Calibrate(CalibrateOpts),
+    /// The model's figures over many seeds (virtual clock): each figure's p5,
+    /// median and p95, per strategy.
+    Bands(BandsOpts),
     /// Print a scenario built into noisylab, to start your own from
     /// (`noisylab scenario article > my.toml`).
     Scenario(ScenarioOpts),
+}
+
+/// What `bands` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BandsFormat {
+    Table,
+    Markdown,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct BandsOpts {
+    /// Scenario file [default: lab/article.toml, else the built-in article lab].
+    pub scenario: Option<PathBuf>,
+    /// Seeds to run each strategy with, from the scenario's `seed` (or `--seed`).
+    #[arg(long, default_value_t = crate::validate::bands::DEFAULT_SEEDS, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub seeds: u32,
+    /// The first seed (overrides the scenario's `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    #[arg(long, value_enum, default_value_t = BandsFormat::Table)]
+    pub format: BandsFormat,
 }
 
 #[derive(Debug, Args)]
@@ -207,22 +232,8 @@ pub struct RunPlan {
 }
 
 impl RunOpts {
-    /// The file named, else `lab/article.toml`, else the built-in article
-    /// lab (said in one line on stderr).
     fn scenario(&self) -> Result<Scenario> {
-        let default = Path::new(crate::scenario::DEFAULT_PATH);
-        Ok(match &self.scenario {
-            Some(path) => Scenario::load(path)?,
-            None if default.exists() => Scenario::load(default)?,
-            None => {
-                eprintln!(
-                    "noisylab: no {} in this folder: running the article lab built into noisylab \
-                     (`noisylab scenario article` prints it)",
-                    default.display()
-                );
-                Scenario::built_in("article")?
-            }
-        })
+        resolve_scenario(self.scenario.as_deref())
     }
 
     fn scenario_label(&self) -> String {
@@ -263,6 +274,24 @@ impl RunOpts {
     }
 }
 
+/// The file named, else `lab/article.toml`, else the built-in article lab
+/// (said in one line on stderr).
+pub fn resolve_scenario(path: Option<&Path>) -> Result<Scenario> {
+    let default = Path::new(crate::scenario::DEFAULT_PATH);
+    Ok(match path {
+        Some(path) => Scenario::load(path)?,
+        None if default.exists() => Scenario::load(default)?,
+        None => {
+            eprintln!(
+                "noisylab: no {} in this folder: running the article lab built into noisylab \
+                 (`noisylab scenario article` prints it)",
+                default.display()
+            );
+            Scenario::built_in("article")?
+        }
+    })
+}
+
 /// Parse the command line, run it, and return the exit code. Errors are
 /// printed once, as one line.
 pub fn main() -> i32 {
@@ -284,5 +313,6 @@ pub fn execute(cli: Cli) -> Result<i32> {
         Command::Validate(opts) => commands::validate(&opts),
         Command::Calibrate(opts) => commands::calibrate(&opts),
         Command::Scenario(opts) => commands::scenario(&opts),
+        Command::Bands(opts) => commands::bands(&opts),
     }
 }

@@ -12,6 +12,10 @@ pub trait Clock {
     fn now(&self) -> Nanos;
     /// Return at lab time `t` or as soon after it as this clock can.
     fn sleep_until(&mut self, t: Nanos) -> impl Future<Output = ()>;
+    /// What this clock adds to a job's hold beyond its duration: the pool's
+    /// modelled overshoot on the virtual clock, nothing on the real one
+    /// (where the timers add their own).
+    fn model_overshoot(&self, pool: &super::Pool) -> Nanos;
 }
 
 /// A clock that jumps straight to the next event: runs are deterministic for
@@ -38,6 +42,11 @@ impl Clock for VirtualClock {
     fn sleep_until(&mut self, t: Nanos) -> impl Future<Output = ()> {
         self.now = self.now.max(t);
         std::future::ready(())
+    }
+
+    #[inline]
+    fn model_overshoot(&self, pool: &super::Pool) -> Nanos {
+        pool.model_overshoot_ns
     }
 }
 
@@ -69,6 +78,17 @@ pub enum Timer {
 /// ahead. Spinning, unlike a second, finer sleep, keeps the CPU: on a loaded
 /// machine a thread that sleeps may wait hundreds of microseconds to run again.
 pub const PRECISE_MARGIN: Duration = Duration::from_millis(3);
+/// The widest margin [`margin_for`] picks: past it the spinning costs more
+/// than the lateness it saves.
+pub const MAX_MARGIN: Duration = Duration::from_millis(20);
+
+/// The precise timer's margin for a machine whose tokio timer was measured
+/// to wake up to `tokio_late` after the instant: [`PRECISE_MARGIN`], or that
+/// lateness plus a millisecond where it is more, so the coarse sleep still
+/// ends before the instant.
+pub fn margin_for(tokio_late: Duration) -> Duration {
+    (tokio_late + Duration::from_millis(1)).clamp(PRECISE_MARGIN, MAX_MARGIN)
+}
 
 /// Wall-clock time from the moment the clock is made. Needs a tokio runtime
 /// with the time driver enabled.
@@ -76,14 +96,21 @@ pub const PRECISE_MARGIN: Duration = Duration::from_millis(3);
 pub struct RealClock {
     origin: Instant,
     timer: Timer,
+    margin: Duration,
 }
 
 impl RealClock {
+    /// A clock whose precise timer spins the last [`PRECISE_MARGIN`].
     pub fn start(timer: Timer) -> RealClock {
+        RealClock::with_margin(timer, PRECISE_MARGIN)
+    }
+
+    pub fn with_margin(timer: Timer, margin: Duration) -> RealClock {
         tighten_timer_slack();
         RealClock {
             origin: Instant::now(),
             timer,
+            margin,
         }
     }
 }
@@ -98,15 +125,20 @@ impl Clock for RealClock {
         let target = self.origin + Duration::from_nanos(t);
         match self.timer {
             Timer::Tokio => tokio::time::sleep_until(target.into()).await,
-            Timer::Precise => precise_sleep_until(target).await,
+            Timer::Precise => precise_sleep_until(target, self.margin).await,
         }
+    }
+
+    #[inline]
+    fn model_overshoot(&self, _pool: &super::Pool) -> Nanos {
+        0
     }
 }
 
 /// Sleep on tokio until shortly before `target`, then spin to it: the wake
 /// is never early and late only by the spin loop's read of the clock.
-pub async fn precise_sleep_until(target: Instant) {
-    if let Some(coarse) = target.checked_sub(PRECISE_MARGIN)
+pub async fn precise_sleep_until(target: Instant, margin: Duration) {
+    if let Some(coarse) = target.checked_sub(margin)
         && coarse > Instant::now()
     {
         tokio::time::sleep_until(coarse.into()).await;

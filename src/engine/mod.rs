@@ -81,6 +81,10 @@ pub struct Pool {
     pub sample_ns: Nanos,
     /// End of the normal tenants' traffic window.
     pub traffic_ns: Nanos,
+    /// Added to every job's hold on the virtual clock: a real machine's
+    /// measured overshoot, so the model predicts what that machine measures
+    /// (0 for the model itself). The real clock ignores it.
+    pub model_overshoot_ns: Nanos,
 }
 
 /// Busy workers by tenant class and jobs waiting, at one instant.
@@ -257,9 +261,9 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
             };
             let started = self.clock.now();
             self.jobs[id as usize].started = started;
-            let duration = self.jobs[id as usize].duration;
+            let hold = self.jobs[id as usize].duration + self.clock.model_overshoot(self.pool);
             self.running
-                .push(Reverse((started.saturating_add(duration), id)));
+                .push(Reverse((started.saturating_add(hold), id)));
             self.idle -= 1;
             self.occupancy.started(self.is_burst(tenant));
         }

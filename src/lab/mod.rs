@@ -58,6 +58,7 @@ pub fn pool_for(scenario: &Scenario, strategy: &Strategy) -> Pool {
         cap: strategy.cap,
         sample_ns: SAMPLE_NS,
         traffic_ns: load::secs_to_ns(scenario.traffic_s),
+        model_overshoot_ns: 0,
     }
 }
 
@@ -67,7 +68,18 @@ pub fn run_virtual(
     strategy: &Strategy,
     seed: u64,
 ) -> (Vec<JobRecord>, RunStats) {
-    let pool = pool_for(scenario, strategy);
+    run_virtual_on(scenario, &pool_for(scenario, strategy), strategy, seed)
+}
+
+/// The same on a given pool (for instance one that models a machine's
+/// measured overshoot).
+pub fn run_virtual_on(
+    scenario: &Scenario,
+    pool: &Pool,
+    strategy: &Strategy,
+    seed: u64,
+) -> (Vec<JobRecord>, RunStats) {
+    let pool = pool.clone();
     let plan = load::plan(scenario, seed);
     let mut sched = AnyScheduler::new(strategy, tenant_count(scenario));
     let never = AtomicBool::new(false);
@@ -86,6 +98,7 @@ pub struct RealContext {
     created: jiff::Timestamp,
     calibration: calibrate::Calibration,
     load_start: Option<[f64; 3]>,
+    cpu_start: crate::machine::CpuSample,
     wall: Instant,
     runtime: tokio::runtime::Runtime,
 }
@@ -102,6 +115,7 @@ impl RealContext {
             created,
             calibration,
             load_start,
+            cpu_start: crate::machine::CpuSample::now(),
             wall: Instant::now(),
             runtime: runtime(Drivers::Timers)?,
         })
@@ -115,13 +129,20 @@ impl RealContext {
         plan: Vec<JobRecord>,
         stop: &AtomicBool,
     ) -> Result<(Vec<JobRecord>, RunStats), Interrupted> {
-        let mut clock = RealClock::start(self.timer);
+        let mut clock = RealClock::with_margin(self.timer, self.margin());
         self.runtime
             .block_on(engine::run(&mut clock, pool, sched, plan, stop))
     }
 
+    /// The precise timer's margin, from this machine's calibration.
+    fn margin(&self) -> std::time::Duration {
+        let late_ms = self.calibration.tokio_overshoot_ms.max.max(0.0);
+        crate::engine::clock::margin_for(std::time::Duration::from_secs_f64(late_ms / 1e3))
+    }
+
     /// The facts to save, with the load average at both ends in `machine`.
     fn end(self, machine: &mut Machine) -> RealFacts {
+        let margin_ms = self.margin().as_secs_f64() * 1e3;
         machine.load_start = self.load_start;
         machine.load_end = Machine::load_now();
         RealFacts {
@@ -129,7 +150,9 @@ impl RealContext {
             created: self.created,
             calibration: self.calibration,
             wall_s: self.wall.elapsed().as_secs_f64(),
+            timer_margin_ms: Some(margin_ms),
             peak_rss_mib: crate::machine::peak_rss_mib(),
+            causes: Some(crate::machine::CpuSample::causes_since(&self.cpu_start)),
         }
     }
 }

@@ -4,14 +4,50 @@
 
 use comfy_table::{CellAlignment, Table, TableStyle};
 
-use crate::reference::{FIGURES, Reference};
+use crate::reference::{FIGURES, FigureDef, Reference};
 use crate::results::LabResults;
 use crate::units::ratio;
+use crate::validate::model::{MAKESPAN_CLOSE, WAIT_CLOSE, WAIT_ERRORS, harness_error_ms};
 
 /// A results file's column heading: its machine and date.
 pub fn heading(r: &LabResults) -> String {
     let date = r.date().unwrap_or_else(|| "virtual".to_string());
     format!("{} ({}), {date}", r.machine.host, r.machine.cpu)
+}
+
+/// Whether every file's figure agrees with the first file's within what
+/// their two harness errors allow (as `validate` allows against the model):
+/// counts exactly, makespans within 0.1 % each, waits within three times
+/// the sum of the two harness errors plus 2 %.
+fn across(files: &[&LabResults], strategy: &str, def: &FigureDef) -> String {
+    let figure = |r: &LabResults| {
+        let s = r.strategies.iter().find(|s| s.name == strategy)?;
+        Some(((def.ours)(&s.median)?, harness_error_ms(&s.median)))
+    };
+    let Some((first, first_err)) = figure(files[0]) else {
+        return "—".to_string();
+    };
+    let mut differ = Vec::new();
+    for (i, r) in files.iter().enumerate().skip(1) {
+        let Some((v, err)) = figure(r) else {
+            continue;
+        };
+        let tolerance = match def.key {
+            "rejected" => 0.0,
+            "noisy_done_s" => {
+                2.0 * MAKESPAN_CLOSE * first.abs().max(v.abs()) + (first_err + err) / 1e3
+            }
+            _ => WAIT_ERRORS * (first_err + err) + WAIT_CLOSE * first.abs().max(v.abs()),
+        };
+        if (v - first).abs() > tolerance {
+            differ.push(format!("file {} by {}", i + 1, (def.show)(v - first)));
+        }
+    }
+    if differ.is_empty() {
+        "agree".to_string()
+    } else {
+        format!("DIFFER: {}", differ.join(", "))
+    }
 }
 
 /// One table per figure, as text in `style`.
@@ -25,6 +61,9 @@ pub fn render(files: &[&LabResults], reference: &Reference, style: TableStyle) -
             format!("Post ({})", reference.machine),
         ];
         header.extend(files.iter().map(|r| heading(r)));
+        if files.len() > 1 {
+            header.push("Across the files".to_string());
+        }
         table.set_header(header);
         let mut rows = 0;
         for post in &reference.strategy {
@@ -42,6 +81,9 @@ pub fn render(files: &[&LabResults], reference: &Reference, style: TableStyle) -
                     Some(v) => format!("{} ({})", (def.show)(v), ratio(v, theirs)),
                     None => "—".to_string(),
                 });
+            }
+            if files.len() > 1 {
+                row.push(across(files, &post.name, def));
             }
             table.add_row(row);
             rows += 1;

@@ -11,6 +11,7 @@
 //!   found, as tables.
 //! - [`format`]: a figure with its runs' spread, a results file's header line.
 
+pub mod bands;
 pub mod calibration;
 pub mod compare;
 pub mod csv;

@@ -12,6 +12,7 @@ use crate::results::{ClockKind, LabResults};
 use crate::scenario::{Arrivals, Kind};
 use crate::units;
 use crate::validate;
+use crate::validate::bands::{self, ModelLab};
 
 /// A results file, named as the README should link it (`runs/x.json`).
 pub struct Source<'a> {
@@ -53,9 +54,30 @@ pub fn render(sources: &[Source<'_>], reference: &Reference) -> Result<Page> {
         ));
         readme.push_str(&compare::render(&machines, reference, ASCII_MARKDOWN));
     }
+    // The model over many seeds, once per distinct scenario.
+    let mut models: Vec<(&crate::scenario::Scenario, ModelLab)> = Vec::new();
+    for s in sources {
+        let sc = &s.results.scenario;
+        if !models.iter().any(|(m, _)| *m == sc) {
+            models.push((sc, bands::model_lab(sc, bands::DEFAULT_SEEDS)));
+        }
+    }
+    for (sc, model) in &models {
+        readme.push_str(&format!(
+            "## Seed bands: {}\n\nWhat the model itself gives (`noisylab bands` on the scenario, virtual clock): {}. \
+             A published figure inside its band is one the model reproduces.\n\n{}\n\n",
+            sc.name,
+            super::bands::heading(&sc.name, &model.bands),
+            super::bands::table(&model.bands, ASCII_MARKDOWN)
+        ));
+    }
     let mut plots = Vec::new();
     for s in sources {
-        readme.push_str(&section(s, reference, &mut plots)?);
+        let model = models
+            .iter()
+            .find(|(m, _)| *m == &s.results.scenario)
+            .map(|(_, lab)| lab);
+        readme.push_str(&section(s, reference, model, &mut plots)?);
     }
     Ok(Page { readme, plots })
 }
@@ -64,6 +86,7 @@ pub fn render(sources: &[Source<'_>], reference: &Reference) -> Result<Page> {
 fn section(
     s: &Source<'_>,
     reference: &Reference,
+    model: Option<&ModelLab>,
     plots: &mut Vec<(String, String)>,
 ) -> Result<String> {
     let r = s.results;
@@ -93,10 +116,23 @@ fn section(
             super::calibration::table(c, ASCII_MARKDOWN)
         ));
     }
-    let v = validate::validate(r, reference);
+    let against = validate::model::against_model(r);
+    if against.not_run.is_none() {
+        out.push_str(&format!(
+            "\nAgainst the model on the same seeds (`noisylab validate {}`):\n\n{}\n{}",
+            s.link,
+            super::validation::render_model(&against, ASCII_MARKDOWN),
+            super::validation::render_causes(r)
+        ));
+    }
+    let v = validate::validate_with(r, reference, model);
     out.push_str(&format!(
-        "\nValidation against the post (`noisylab validate {}`):\n\n{}",
-        s.link,
+        "\nAgainst the post{}:\n\n{}",
+        if model.is_some() {
+            ", and the model over many seeds"
+        } else {
+            ""
+        },
         super::validation::render(&v, ASCII_MARKDOWN)
     ));
     if r.has_raw() {

@@ -134,7 +134,11 @@ pub fn tenant_table(results: &LabResults, style: TableStyle) -> Table {
     table.set_header(header);
     for s in &results.strategies {
         let t = &s.median.tenants;
-        let worst = if t.worst.is_empty() { "—".to_string() } else { t.worst.clone() };
+        let worst = if t.worst.is_empty() {
+            "—".to_string()
+        } else {
+            t.worst.clone()
+        };
         let mut row = vec![s.name.clone(), ms(t.worst_p95_ms), worst];
         if alert.is_some() {
             row.push(names(&t.over_alert, 4));
@@ -150,7 +154,11 @@ fn names(list: &[String], shown: usize) -> String {
     if list.is_empty() {
         return "none".to_string();
     }
-    let mut out = format!("{}: {}", list.len(), list[..list.len().min(shown)].join(", "));
+    let mut out = format!(
+        "{}: {}",
+        list.len(),
+        list[..list.len().min(shown)].join(", ")
+    );
     if list.len() > shown {
         out.push_str(", …");
     }

@@ -5,23 +5,47 @@ use std::fmt::Write as _;
 
 use comfy_table::{Table, TableStyle};
 
-use crate::validate::{Outcome, Validation};
+use crate::units::ms;
+use crate::validate::model::{FigureCheck, ModelVerdict};
+use crate::validate::{AgainstModel, Outcome, Validation};
 
 pub fn render(v: &Validation, style: TableStyle) -> String {
     let mut figures = Table::new();
     figures.load_style(style);
-    figures.set_header(vec![
-        "Strategy", "Figure", "Ours", "Post", "Ratio", "Verdict",
-    ]);
+    let banded = v.figures.iter().any(|r| r.band.is_some());
+    let mut header = vec!["Strategy", "Figure", "Ours", "Post", "Ratio", "Verdict"];
+    if banded {
+        header.push("The model, p5–p95 of the seeds: the post's figure");
+    }
+    figures.set_header(header);
     for r in &v.figures {
-        figures.add_row(vec![
+        let mut row = vec![
             r.strategy.clone(),
             r.figure.to_string(),
             r.ours.clone(),
             r.post.clone(),
             r.ratio.clone(),
             r.verdict.to_string(),
-        ]);
+        ];
+        if banded {
+            row.push(match (r.band, r.against_model) {
+                (Some(b), Some(against)) => {
+                    let range = if b.p5 == b.p95 {
+                        crate::units::sig3(b.p5)
+                    } else {
+                        format!("{}–{}", crate::units::sig3(b.p5), crate::units::sig3(b.p95))
+                    };
+                    let word = match against {
+                        AgainstModel::Reproduced => "reproduced by the model",
+                        AgainstModel::Differs => "the model differs",
+                        AgainstModel::MachineSet => "machine-set (the model has no harness)",
+                    };
+                    format!("{range}: {word}")
+                }
+                _ => String::new(),
+            });
+        }
+        figures.add_row(row);
     }
     let mut checks = Table::new();
     checks.load_style(style);
@@ -31,21 +55,167 @@ pub fn render(v: &Validation, style: TableStyle) -> String {
             Outcome::Pass => "pass",
             Outcome::Fail => "FAIL",
             Outcome::NotRun => "not run",
+            Outcome::ModelDiffers => "model differs",
         };
         checks.add_row(vec![mark, &c.claim, &c.detail]);
     }
     let mut out = String::new();
     let _ = writeln!(out, "{figures}\n\n{checks}\n");
+    let differs = v.model_differs();
     let _ = writeln!(
         out,
-        "{}: {} of {} checks hold.",
+        "{}: {} of {} checks hold{}.",
         if v.passed() {
-            "validated"
+            "the post's claims hold here"
         } else {
-            "not validated"
+            "the post's claims do not all hold here"
         },
-        v.ran() - v.failed(),
-        v.ran()
+        v.ran() - v.failed() - differs,
+        v.ran(),
+        if differs > 0 {
+            format!(
+                "; {differs} are not what the model itself gives (model differs), so no machine could hold them"
+            )
+        } else {
+            String::new()
+        }
     );
     out
+}
+
+/// The machine against the model: the verdict line, then per strategy the
+/// figures checked and the closest call, then every figure outside its
+/// tolerance.
+/// What the lab measured of its own disturbance, as a few lines.
+pub fn render_causes(results: &crate::results::LabResults) -> String {
+    let Some(real) = &results.real else {
+        return String::new();
+    };
+    let mut out = String::new();
+    if let Some(c) = &real.causes {
+        let pct =
+            |v: Option<f64>| v.map_or_else(|| "not measured".to_string(), |v| format!("{v:.1} %"));
+        let _ = writeln!(
+            out,
+            "Measured during the lab: other processes {} of the CPUs, steal {}, {:.1} involuntary context switches a second; tokio's timer at most {:.2} ms late in calibration, margin {:.1} ms.",
+            pct(c.others_cpu_pct),
+            pct(c.steal_pct),
+            c.involuntary_switches_per_s,
+            real.calibration.tokio_overshoot_ms.max,
+            real.timer_margin_ms.unwrap_or(3.0)
+        );
+    }
+    for cause in crate::validate::model::causes(results) {
+        let _ = writeln!(out, "- Likely cause: {cause}.");
+    }
+    out
+}
+
+pub fn render_model(v: &ModelVerdict, style: TableStyle) -> String {
+    if let Some(why) = &v.not_run {
+        return format!("Against the model: not run ({why}).\n");
+    }
+    let failed = v.failed();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}: {} of {} figures of {} runs within tolerance of the model on the same seeds.\n",
+        if failed.is_empty() {
+            "this machine reproduces the model"
+        } else {
+            "this machine does NOT reproduce the model"
+        },
+        v.checks.len() - failed.len(),
+        v.checks.len(),
+        runs(v)
+    );
+    let mut table = Table::new();
+    table.load_style(style);
+    table.set_header(vec![
+        "Strategy",
+        "Figures within",
+        "Closest call (seed)",
+        "Machine",
+        "Model",
+        "Allowed ±",
+    ]);
+    let mut names: Vec<&str> = Vec::new();
+    for c in &v.checks {
+        if !names.contains(&c.strategy.as_str()) {
+            names.push(&c.strategy);
+        }
+    }
+    for name in names {
+        let mine: Vec<&FigureCheck> = v.checks.iter().filter(|c| c.strategy == name).collect();
+        let held = mine.iter().filter(|c| c.holds()).count();
+        let Some(closest) = mine
+            .iter()
+            .max_by(|a, b| closeness(a).total_cmp(&closeness(b)))
+        else {
+            continue;
+        };
+        table.add_row(vec![
+            name.to_string(),
+            format!("{held} of {}", mine.len()),
+            format!("{} ({})", closest.figure, closest.seed),
+            shown(closest.machine, closest.unit()),
+            shown(closest.model, closest.unit()),
+            shown(closest.tolerance, closest.unit()),
+        ]);
+    }
+    let _ = writeln!(out, "{table}");
+    if !failed.is_empty() {
+        let mut t = Table::new();
+        t.load_style(style);
+        t.set_header(vec![
+            "Outside tolerance",
+            "Seed",
+            "Machine",
+            "Model",
+            "Off by",
+            "Allowed ±",
+        ]);
+        for c in failed {
+            t.add_row(vec![
+                format!("{}: {}", c.strategy, c.figure),
+                c.seed.to_string(),
+                shown(c.machine, c.unit()),
+                shown(c.model, c.unit()),
+                shown(c.machine - c.model, c.unit()),
+                shown(c.tolerance, c.unit()),
+            ]);
+        }
+        let _ = writeln!(out, "\n{t}");
+    }
+    out
+}
+
+/// How close a figure came to its tolerance: difference ÷ allowance.
+fn closeness(c: &FigureCheck) -> f64 {
+    let d = (c.machine - c.model).abs();
+    if c.tolerance > 0.0 {
+        d / c.tolerance
+    } else if d == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    }
+}
+
+fn runs(v: &ModelVerdict) -> usize {
+    let mut seen: Vec<(&str, u64)> = Vec::new();
+    for c in &v.checks {
+        if !seen.contains(&(c.strategy.as_str(), c.seed)) {
+            seen.push((&c.strategy, c.seed));
+        }
+    }
+    seen.len()
+}
+
+fn shown(v: f64, unit: &str) -> String {
+    match unit {
+        "ms" => ms(v),
+        "s" => format!("{v:.4} s"),
+        _ => crate::units::sig3(v),
+    }
 }

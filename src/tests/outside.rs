@@ -66,11 +66,16 @@ fn from_an_empty_folder_the_virtual_lab_runs_and_validates() {
         stderr,
         "noisylab: no lab/reference/article.toml in this folder: using the post's figures built into noisylab\n"
     );
+    // The virtual lab is the model itself: the fair queue's two p95 claims
+    // fail on it, over 100 seeds too, so they are the model's, not a fault.
     assert!(
-        stdout.contains("15 of 17 checks hold"),
-        "the virtual lab fails the fair queue's two p95 claims: {stdout}"
+        stdout.contains("15 of 17 checks hold; 2 are not what the model itself gives"),
+        "{stdout}"
     );
-    assert_eq!(v.status.code(), Some(1));
+    assert!(
+        stdout.contains("Against the model: not run (a virtual-clock file is the model itself)")
+    );
+    assert_eq!(v.status.code(), Some(0));
     // A scenario named on the command line is still read from disk.
     let missing = noisylab_in(d, &["run", "--clock", "virtual", "my.toml"]);
     assert_eq!(missing.status.code(), Some(2));

@@ -280,8 +280,16 @@ fn per_class_and_per_tenant_figures_answer_the_alert() {
     assert!(fifo.classes["light"].slowdown.p95 > 10.0);
     assert!(fair.classes["light"].slowdown.p95 < 1.5);
     assert!(fair.classes["heavy"].slowdown.p50 > 5.0);
-    assert!(fifo.tenants.jain_slowdown > 0.9, "{}", fifo.tenants.jain_slowdown);
-    assert!(fair.tenants.jain_slowdown < 0.5, "{}", fair.tenants.jain_slowdown);
+    assert!(
+        fifo.tenants.jain_slowdown > 0.9,
+        "{}",
+        fifo.tenants.jain_slowdown
+    );
+    assert!(
+        fair.tenants.jain_slowdown < 0.5,
+        "{}",
+        fair.tenants.jain_slowdown
+    );
 }
 
 /// Random groups and distributions: per class, submitted = completed +
@@ -382,5 +390,8 @@ fn a_job_record_is_the_size_the_memory_estimate_uses() {
         std::mem::size_of::<noisylab::engine::JobRecord>() as u64,
         noisylab::scenario::JOB_RECORD_BYTES
     );
-    assert!(noisylab::scenario::JOB_RECORD_BYTES < 64, "under 64 bytes a job");
+    assert!(
+        noisylab::scenario::JOB_RECORD_BYTES < 64,
+        "under 64 bytes a job"
+    );
 }

@@ -8,6 +8,9 @@
 //! has a limit. The post's figures are then looked up under the name the
 //! results give that strategy.
 
+pub mod bands;
+pub mod model;
+
 use std::fmt;
 
 use crate::output::warnings::RUN_AGREEMENT;
@@ -80,6 +83,36 @@ pub struct FigureRow {
     pub post: String,
     pub ratio: String,
     pub verdict: Verdict,
+    /// The figure's key in results files, for its band.
+    pub key: &'static str,
+    /// The post's figure's value and the model's band over many seeds.
+    pub post_value: f64,
+    pub band: Option<bands::Band>,
+    /// Where the post's figure falls against the band.
+    pub against_model: Option<AgainstModel>,
+}
+
+/// A published figure against the model's band over many seeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgainstModel {
+    /// Inside the band, within the post's own rounding.
+    Reproduced,
+    /// Outside it: the post measured something the model does not give.
+    Differs,
+    /// Below a millisecond the post's figure is its harness's dispatch cost,
+    /// which the model (0 by construction) does not have.
+    MachineSet,
+}
+
+/// Half a unit of the last digit the post prints a figure with: seconds to
+/// one decimal, counts whole, milliseconds to three significant figures.
+fn post_rounding(key: &str, v: f64) -> f64 {
+    match key {
+        "noisy_done_s" => 0.05,
+        "rejected" => 0.5,
+        _ if v == 0.0 => 0.0,
+        _ => 10f64.powi(v.abs().log10().floor() as i32 - 2).max(1e-12) / 2.0,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +121,9 @@ pub enum Outcome {
     Fail,
     /// The results lack what the check needs: it neither passes nor fails.
     NotRun,
+    /// The claim fails here and on the model itself over many seeds: the
+    /// post's claim is not what the model gives, so no machine is to blame.
+    ModelDiffers,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -130,7 +166,12 @@ impl Validation {
         self.count(Outcome::Fail)
     }
 
-    /// Checks that ran (passed or failed).
+    /// Claims the model itself does not hold.
+    pub fn model_differs(&self) -> usize {
+        self.count(Outcome::ModelDiffers)
+    }
+
+    /// Checks that ran (passed, failed or differ on the model).
     pub fn ran(&self) -> usize {
         self.checks.len() - self.count(Outcome::NotRun)
     }
@@ -140,7 +181,65 @@ impl Validation {
     }
 }
 
+/// The post's figures and claims against results alone.
 pub fn validate(results: &LabResults, reference: &Reference) -> Validation {
+    validate_with(results, reference, None)
+}
+
+/// The same, judged against the model over many seeds where it is given:
+/// each figure row gains the model's band, and a claim that fails on the
+/// model too is [`Outcome::ModelDiffers`] rather than a failure.
+pub fn validate_with(
+    results: &LabResults,
+    reference: &Reference,
+    model: Option<&bands::ModelLab>,
+) -> Validation {
+    let mut checks = claims(results, reference);
+    if let Some(model) = model {
+        let on_model = claims(&model.results, reference);
+        let same_shape = on_model.len() == checks.len();
+        for (i, c) in checks.iter_mut().enumerate() {
+            let model_check = if same_shape {
+                on_model.get(i)
+            } else {
+                on_model.iter().find(|m| m.claim == c.claim)
+            };
+            if c.outcome == Outcome::Fail && model_check.is_some_and(|m| m.outcome == Outcome::Fail)
+            {
+                c.outcome = Outcome::ModelDiffers;
+                if let Some(m) = model_check {
+                    c.detail = format!(
+                        "{}; the model over {} seeds: {}",
+                        c.detail, model.bands.seeds, m.detail
+                    );
+                }
+            }
+        }
+    }
+    let mut figures = figure_rows(results, reference);
+    if let Some(model) = model {
+        for row in &mut figures {
+            row.band = model.bands.band(&row.strategy, row.key).copied();
+            row.against_model = row.band.map(|b| {
+                let machine_set = FIGURES
+                    .iter()
+                    .find(|d| d.key == row.key)
+                    .is_some_and(|d| row.post_value < d.machine_set_below);
+                let slack = post_rounding(row.key, row.post_value);
+                if machine_set {
+                    AgainstModel::MachineSet
+                } else if row.post_value + slack >= b.p5 && row.post_value - slack <= b.p95 {
+                    AgainstModel::Reproduced
+                } else {
+                    AgainstModel::Differs
+                }
+            });
+        }
+    }
+    Validation { figures, checks }
+}
+
+fn claims(results: &LabResults, reference: &Reference) -> Vec<Check> {
     let lab = Lab { results, reference };
     let mut checks = fixes_beat_fifo(&lab);
     checks.extend(shared_fifo(&lab));
@@ -148,10 +247,7 @@ pub fn validate(results: &LabResults, reference: &Reference) -> Validation {
     checks.extend(fair_queue(&lab));
     checks.extend(queue_limits(&lab));
     checks.extend(runs_agree(&lab));
-    Validation {
-        figures: figure_rows(results, reference),
-        checks,
-    }
+    checks
 }
 
 fn figure_rows(results: &LabResults, reference: &Reference) -> Vec<FigureRow> {
@@ -171,6 +267,10 @@ fn figure_rows(results: &LabResults, reference: &Reference) -> Vec<FigureRow> {
                 post: (def.show)(theirs),
                 ratio: ratio(ours, theirs),
                 verdict: verdict(ours, theirs, def.machine_set_below),
+                key: def.key,
+                post_value: theirs,
+                band: None,
+                against_model: None,
             });
         }
     }

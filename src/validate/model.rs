@@ -1,0 +1,282 @@
+//! Real against virtual on the same seeds: does this machine reproduce the
+//! model?
+//!
+//! For every run of a real-clock results file, the scenario is run again on
+//! the virtual clock with the run's seed, twice: exactly, and with each job
+//! held its duration plus the run's own measured mean overshoot (so ties
+//! between an arrival and a completion break the way they broke on the
+//! machine; see the README, "Real against the model"). Makespans are judged
+//! against the exact model within [`MAKESPAN_CLOSE`], so a machine whose
+//! timers run late fails them; counts exactly, and waits within a tolerance
+//! built from the run's own measured harness error, against the model of
+//! this machine's overshoot.
+
+use crate::lab::{self, summary};
+use crate::results::{Figures, LabResults, RunResult, StrategyResults};
+use crate::scenario::{Scenario, Strategy};
+use crate::stats::decode_histogram;
+
+/// Makespans (the noisy tenant's done time, the run's length) within 0.1 %.
+pub const MAKESPAN_CLOSE: f64 = 0.001;
+/// A wait figure may differ from the model by this many times the run's
+/// harness error (see [`harness_error_ms`]) …
+pub const WAIT_ERRORS: f64 = 3.0;
+/// … plus this share of the model's figure: a percentile of a few hundred
+/// waits moves by a neighbour's rank when one wait shifts.
+pub const WAIT_CLOSE: f64 = 0.02;
+
+/// How a figure is compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    Exact,
+    Makespan,
+    Wait,
+}
+
+/// One figure of one run, the machine's beside the model's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FigureCheck {
+    pub strategy: String,
+    pub seed: u64,
+    /// The key as in results (`normal_wait_ms.p95`).
+    pub figure: String,
+    pub rule: Rule,
+    pub machine: f64,
+    pub model: f64,
+    /// The largest difference allowed, in the figure's unit.
+    pub tolerance: f64,
+}
+
+impl FigureCheck {
+    pub fn holds(&self) -> bool {
+        (self.machine - self.model).abs() <= self.tolerance
+            || (self.machine.is_nan() && self.model.is_nan())
+    }
+
+    /// The figure's unit, from its key.
+    pub fn unit(&self) -> &'static str {
+        if self.figure.contains("_ms") {
+            "ms"
+        } else if self.figure.ends_with("_s") {
+            "s"
+        } else {
+            ""
+        }
+    }
+}
+
+/// The verdict on a machine: every figure of every run against the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelVerdict {
+    pub checks: Vec<FigureCheck>,
+    /// Why the comparison could not run (a virtual-clock file, a trace
+    /// whose rows are not in the file).
+    pub not_run: Option<String>,
+}
+
+impl ModelVerdict {
+    pub fn failed(&self) -> Vec<&FigureCheck> {
+        self.checks.iter().filter(|c| !c.holds()).collect()
+    }
+
+    pub fn reproduces(&self) -> bool {
+        self.not_run.is_none() && self.failed().is_empty()
+    }
+}
+
+/// Thresholds past which a cause is named.
+pub const OTHERS_CPU_PCT: f64 = 10.0;
+pub const STEAL_PCT: f64 = 1.0;
+
+/// What measurably disturbed a real-clock lab, each with its figure; empty
+/// when nothing did.
+pub fn causes(results: &LabResults) -> Vec<String> {
+    let Some(real) = &results.real else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Some(c) = &real.causes {
+        if let Some(others) = c.others_cpu_pct.filter(|p| *p > OTHERS_CPU_PCT) {
+            out.push(format!(
+                "other processes kept {others:.0} % of the CPUs busy during the lab ({:.0} involuntary context switches a second): close them, or pin the lab to a quiet core",
+                c.involuntary_switches_per_s
+            ));
+        }
+        if let Some(steal) = c.steal_pct.filter(|p| *p > STEAL_PCT) {
+            out.push(format!(
+                "the hypervisor ran other guests on this machine's CPUs for {steal:.1} % of the time (steal): a noisy neighbour, not this machine's own load; rerun later or on a dedicated host"
+            ));
+        }
+    }
+    let late = real.calibration.tokio_overshoot_ms.max;
+    let margin = real.timer_margin_ms.unwrap_or(3.0);
+    if late > margin {
+        out.push(format!(
+            "tokio's timer woke up to {late:.2} ms late in calibration, past the precise timer's {margin:.1} ms margin: the timer itself"
+        ));
+    }
+    out
+}
+
+/// A run's harness error in milliseconds: how late its arrivals were
+/// submitted, what a dispatch costs, how long its jobs overshot, each at p99.
+pub fn harness_error_ms(f: &Figures) -> f64 {
+    f.arrival_lag_ms.p99 + f.dispatch_floor_us.p99 / 1e3 + f.job_overshoot_ms.p99
+}
+
+pub fn against_model(results: &LabResults) -> ModelVerdict {
+    if results.real.is_none() {
+        return ModelVerdict {
+            checks: Vec::new(),
+            not_run: Some("a virtual-clock file is the model itself".into()),
+        };
+    }
+    if results
+        .scenario
+        .trace
+        .iter()
+        .any(|t| t.data.rows.is_empty())
+    {
+        return ModelVerdict {
+            checks: Vec::new(),
+            not_run: Some(
+                "the scenario replays a trace whose rows are not in the results file".into(),
+            ),
+        };
+    }
+    let mut checks = Vec::new();
+    for s in &results.strategies {
+        let def = definition(&results.scenario, s);
+        for run in &s.runs {
+            let model = Model {
+                exact: predict(&results.scenario, &def, run, 0),
+                machine: predict(&results.scenario, &def, run, modelled_overshoot_ns(run)),
+            };
+            checks.extend(compare_run(s, run, &model));
+        }
+    }
+    ModelVerdict {
+        checks,
+        not_run: None,
+    }
+}
+
+/// The scenario's strategy of that name, else one rebuilt from the results.
+fn definition(scenario: &Scenario, s: &StrategyResults) -> Strategy {
+    scenario
+        .strategy
+        .iter()
+        .find(|d| d.name == s.name)
+        .cloned()
+        .unwrap_or_else(|| Strategy {
+            name: s.name.clone(),
+            queue: s.queue.queue,
+            cap: s.queue.cap,
+            limit: s.queue.limit,
+        })
+}
+
+/// The overshoot the model adds to every job of a run, in nanoseconds: the
+/// run's mean (from its saved histogram), else its median. A chain of jobs
+/// on one worker drifts by the sum of their overshoots, which the mean
+/// predicts.
+pub fn modelled_overshoot_ns(run: &RunResult) -> u64 {
+    let mean = run
+        .raw
+        .as_ref()
+        .and_then(|raw| decode_histogram(&raw.histograms.job_overshoot_ns).ok())
+        .filter(|h| !h.is_empty())
+        .map(|h| h.mean());
+    let ns = mean.unwrap_or(run.figures.job_overshoot_ms.p50 * 1e6);
+    ns.round().max(0.0) as u64
+}
+
+/// The model's two predictions for a run: exact (what a perfect machine
+/// measures: makespans are judged against it, so a machine whose timers
+/// run late fails them), and with the run's own overshoot (what this machine
+/// should measure: waits and counts are judged against it).
+pub struct Model {
+    pub exact: Figures,
+    pub machine: Figures,
+}
+
+/// The model's figures for one real run: its seed, each job held its
+/// duration plus `overshoot_ns`.
+pub fn predict(scenario: &Scenario, def: &Strategy, run: &RunResult, overshoot_ns: u64) -> Figures {
+    let mut pool = lab::pool_for(scenario, def);
+    pool.model_overshoot_ns = overshoot_ns;
+    let (jobs, stats) = lab::run_virtual_on(scenario, &pool, def, run.seed);
+    summary::run(scenario, &pool, run.seed, &jobs, &stats, false).figures
+}
+
+fn compare_run(s: &StrategyResults, run: &RunResult, both: &Model) -> Vec<FigureCheck> {
+    let real = &run.figures;
+    let (exact, model) = (&both.exact, &both.machine);
+    let error = harness_error_ms(real);
+    let check = |figure: String, rule: Rule, machine: f64, model: f64| {
+        let tolerance = match rule {
+            Rule::Exact => 0.0,
+            Rule::Makespan => model.abs() * MAKESPAN_CLOSE,
+            Rule::Wait => WAIT_ERRORS * error + WAIT_CLOSE * model.abs(),
+        };
+        FigureCheck {
+            strategy: s.name.clone(),
+            seed: run.seed,
+            figure,
+            rule,
+            machine,
+            model,
+            tolerance,
+        }
+    };
+    let mut out = vec![
+        check(
+            "rejected".into(),
+            Rule::Exact,
+            real.rejected as f64,
+            model.rejected as f64,
+        ),
+        check(
+            "normal_jobs".into(),
+            Rule::Exact,
+            real.normal_jobs as f64,
+            model.normal_jobs as f64,
+        ),
+        check("lab_s".into(), Rule::Makespan, real.lab_s, exact.lab_s),
+    ];
+    if let (Some(r), Some(m)) = (real.noisy_done_s, exact.noisy_done_s) {
+        out.push(check("noisy_done_s".into(), Rule::Makespan, r, m));
+    }
+    for (name, r, m) in [
+        ("p50", real.normal_wait_ms.p50, model.normal_wait_ms.p50),
+        ("p95", real.normal_wait_ms.p95, model.normal_wait_ms.p95),
+        ("p99", real.normal_wait_ms.p99, model.normal_wait_ms.p99),
+        ("max", real.normal_wait_ms.max, model.normal_wait_ms.max),
+    ] {
+        out.push(check(format!("normal_wait_ms.{name}"), Rule::Wait, r, m));
+    }
+    for (class, c) in &real.classes {
+        let Some(m) = model.classes.get(class) else {
+            continue;
+        };
+        out.push(check(
+            format!("classes.{class}.jobs"),
+            Rule::Exact,
+            c.jobs as f64,
+            m.jobs as f64,
+        ));
+        out.push(check(
+            format!("classes.{class}.rejected"),
+            Rule::Exact,
+            c.rejected as f64,
+            m.rejected as f64,
+        ));
+        out.push(check(
+            format!("classes.{class}.wait_ms.p95"),
+            Rule::Wait,
+            c.wait_ms.p95,
+            m.wait_ms.p95,
+        ));
+    }
+    out
+}
