@@ -79,8 +79,18 @@ pub fn run_virtual_on(
     strategy: &Strategy,
     seed: u64,
 ) -> (Vec<JobRecord>, RunStats) {
+    run_virtual_plan(scenario, pool, strategy, load::plan(scenario, seed))
+}
+
+/// The same with a given arrival plan (for instance one whose durations
+/// carry a machine's sampled overshoot).
+pub fn run_virtual_plan(
+    scenario: &Scenario,
+    pool: &Pool,
+    strategy: &Strategy,
+    plan: Vec<JobRecord>,
+) -> (Vec<JobRecord>, RunStats) {
     let pool = pool.clone();
-    let plan = load::plan(scenario, seed);
     let mut sched = AnyScheduler::new(strategy, tenant_count(scenario));
     let never = AtomicBool::new(false);
     let mut clock = VirtualClock::new();

@@ -136,7 +136,7 @@ pub fn render_model(v: &ModelVerdict, style: TableStyle) -> String {
         "Figures within",
         "Closest call (seed)",
         "Machine",
-        "Model",
+        "Model (replicas)",
         "Allowed ±",
     ]);
     let mut names: Vec<&str> = Vec::new();
@@ -159,11 +159,27 @@ pub fn render_model(v: &ModelVerdict, style: TableStyle) -> String {
             format!("{held} of {}", mine.len()),
             format!("{} ({})", closest.figure, closest.seed),
             shown(closest.machine, closest.unit()),
-            shown(closest.model, closest.unit()),
+            model_shown(closest),
             shown(closest.tolerance, closest.unit()),
         ]);
     }
     let _ = writeln!(out, "{table}");
+    let ill: Vec<&FigureCheck> = v.checks.iter().filter(|c| c.ill_conditioned()).collect();
+    if !ill.is_empty() {
+        let mut names: Vec<String> = Vec::new();
+        for c in &ill {
+            let name = format!("{}: {}", c.strategy, c.figure);
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        let _ = writeln!(
+            out,
+            "\nIll-conditioned ({} of the figures): the model's own replicas, each job's overshoot drawn from the run's, spread wider than the tolerance, so these move with the harness's microseconds and are judged against that spread: {}.",
+            ill.len(),
+            names.join("; ")
+        );
+    }
     if !failed.is_empty() {
         let mut t = Table::new();
         t.load_style(style);
@@ -171,7 +187,7 @@ pub fn render_model(v: &ModelVerdict, style: TableStyle) -> String {
             "Outside tolerance",
             "Seed",
             "Machine",
-            "Model",
+            "Model (replicas)",
             "Off by",
             "Allowed ±",
         ]);
@@ -180,8 +196,8 @@ pub fn render_model(v: &ModelVerdict, style: TableStyle) -> String {
                 format!("{}: {}", c.strategy, c.figure),
                 c.seed.to_string(),
                 shown(c.machine, c.unit()),
-                shown(c.model, c.unit()),
-                shown(c.machine - c.model, c.unit()),
+                model_shown(c),
+                shown(c.off_by(), c.unit()),
                 shown(c.tolerance, c.unit()),
             ]);
         }
@@ -190,9 +206,23 @@ pub fn render_model(v: &ModelVerdict, style: TableStyle) -> String {
     out
 }
 
-/// How close a figure came to its tolerance: difference ÷ allowance.
+/// The model's figure, with its replicas' range where they spread.
+fn model_shown(c: &FigureCheck) -> String {
+    if c.model_hi > c.model_lo {
+        format!(
+            "{} ({}–{})",
+            shown(c.model, c.unit()),
+            crate::units::sig3(c.model_lo),
+            crate::units::sig3(c.model_hi)
+        )
+    } else {
+        shown(c.model, c.unit())
+    }
+}
+
+/// How close a figure came to its tolerance: distance ÷ allowance.
 fn closeness(c: &FigureCheck) -> f64 {
-    let d = (c.machine - c.model).abs();
+    let d = c.off_by().abs();
     if c.tolerance > 0.0 {
         d / c.tolerance
     } else if d == 0.0 {

@@ -237,7 +237,7 @@ fn validate_passes_a_file_that_holds_every_claim_and_fails_the_right_check() {
     let good = doctor(&path, "good.json", as_the_post_measured);
     let (code, out) = validate(&good);
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("validated: 17 of 17 checks hold."), "{out}");
+    assert!(out.contains("the post's claims hold here: 17 of 17 checks hold."), "{out}");
 
     let slow = doctor(&path, "slow.json", |v| {
         as_the_post_measured(v);
@@ -266,13 +266,16 @@ fn validate_passes_a_file_that_holds_every_claim_and_fails_the_right_check() {
     assert_eq!(failed.len(), 1, "{out}");
     assert!(failed[0].contains("1,896 of 2,000 rejected"), "{out}");
 
-    // The undoctored virtual lab: the lockstep pool misses the post's fair-queue p95.
+    // The undoctored virtual lab: the lockstep pool misses the post's
+    // fair-queue p95, and so does the model over 100 seeds: not a failure of
+    // the machine but a claim the model does not give.
     let (code, out) = validate(&path);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(0), "{out}");
     assert!(
-        out.contains("FAIL  ┆ Fair queue, no cap: beats Shared FIFO by ≥ 350×"),
+        out.contains("model differs ┆ Fair queue, no cap: beats Shared FIFO by ≥ 350×"),
         "{out}"
     );
+    assert!(out.contains("15 of 17 checks hold; 2 are not what the model itself gives"), "{out}");
 }
 
 #[test]

@@ -15,6 +15,7 @@ use crate::lab::{self, summary};
 use crate::results::{Figures, LabResults, RunResult, StrategyResults};
 use crate::scenario::{Scenario, Strategy};
 use crate::stats::decode_histogram;
+use crate::validate::bands::figure_values;
 
 /// Makespans (the noisy tenant's done time, the run's length) within 0.1 %.
 pub const MAKESPAN_CLOSE: f64 = 0.001;
@@ -43,14 +44,35 @@ pub struct FigureCheck {
     pub rule: Rule,
     pub machine: f64,
     pub model: f64,
-    /// The largest difference allowed, in the figure's unit.
+    /// The range the model's replicas give (both `model` where there are
+    /// none, or for counts and makespans).
+    pub model_lo: f64,
+    pub model_hi: f64,
+    /// The largest distance allowed from that range, in the figure's unit.
     pub tolerance: f64,
 }
 
 impl FigureCheck {
     pub fn holds(&self) -> bool {
-        (self.machine - self.model).abs() <= self.tolerance
+        (self.machine >= self.model_lo - self.tolerance && self.machine <= self.model_hi + self.tolerance)
             || (self.machine.is_nan() && self.model.is_nan())
+    }
+
+    /// How far outside the model's range the machine's figure is (0 inside).
+    pub fn off_by(&self) -> f64 {
+        if self.machine < self.model_lo {
+            self.machine - self.model_lo
+        } else if self.machine > self.model_hi {
+            self.machine - self.model_hi
+        } else {
+            0.0
+        }
+    }
+
+    /// The model's own range is wider than the tolerance: the figure moves
+    /// with the harness's microseconds (the fair queue's median, by ties).
+    pub fn ill_conditioned(&self) -> bool {
+        self.model_hi - self.model_lo > self.tolerance
     }
 
     /// The figure's unit, from its key.
@@ -148,9 +170,15 @@ pub fn against_model(results: &LabResults) -> ModelVerdict {
     for s in &results.strategies {
         let def = definition(&results.scenario, s);
         for run in &s.runs {
+            let cdf = overshoot_distribution(run);
             let model = Model {
                 exact: predict(&results.scenario, &def, run, 0),
                 machine: predict(&results.scenario, &def, run, modelled_overshoot_ns(run)),
+                replicas: cdf.map_or_else(Vec::new, |cdf| {
+                    (0..REPLICAS)
+                        .map(|k| predict_sampled(&results.scenario, &def, run, &cdf, k))
+                        .collect()
+                }),
             };
             checks.extend(compare_run(s, run, &model));
         }
@@ -191,13 +219,60 @@ pub fn modelled_overshoot_ns(run: &RunResult) -> u64 {
     ns.round().max(0.0) as u64
 }
 
-/// The model's two predictions for a run: exact (what a perfect machine
+/// Replicas of the model with every job's overshoot drawn from the run's
+/// own measured distribution: how much a figure moves with the harness's
+/// microseconds.
+pub const REPLICAS: u64 = 8;
+
+/// The model's predictions for a run: exact (what a perfect machine
 /// measures: makespans are judged against it, so a machine whose timers
-/// run late fails them), and with the run's own overshoot (what this machine
-/// should measure: waits and counts are judged against it).
+/// run late fails them), with the run's mean overshoot on every job, and
+/// [`REPLICAS`] runs with each job's overshoot drawn from the run's own
+/// distribution (what this machine should measure: waits and counts are
+/// judged against the range of these).
 pub struct Model {
     pub exact: Figures,
     pub machine: Figures,
+    pub replicas: Vec<Figures>,
+}
+
+/// A run's measured overshoot as a distribution to draw from: `(value ns,
+/// cumulative count)`; `None` without a saved histogram.
+fn overshoot_distribution(run: &RunResult) -> Option<Vec<(u64, u64)>> {
+    let h = decode_histogram(&run.raw.as_ref()?.histograms.job_overshoot_ns).ok()?;
+    let mut total = 0;
+    let cdf: Vec<(u64, u64)> = h
+        .iter_recorded()
+        .map(|v| {
+            total += v.count_at_value();
+            (v.value_iterated_to(), total)
+        })
+        .collect();
+    (!cdf.is_empty()).then_some(cdf)
+}
+
+/// The model with each job's overshoot drawn from `cdf`, seeded by the run
+/// and the replica.
+fn predict_sampled(
+    scenario: &Scenario,
+    def: &Strategy,
+    run: &RunResult,
+    cdf: &[(u64, u64)],
+    replica: u64,
+) -> Figures {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(run.seed);
+    rng.set_stream(100 + replica);
+    let total = cdf.last().map_or(1, |c| c.1);
+    let mut plan = crate::engine::load::plan(scenario, run.seed);
+    for job in &mut plan {
+        let at = rng.random_range(0..total);
+        let i = cdf.partition_point(|c| c.1 <= at);
+        job.duration += cdf[i.min(cdf.len() - 1)].0;
+    }
+    let pool = lab::pool_for(scenario, def);
+    let (jobs, stats) = lab::run_virtual_plan(scenario, &pool, def, plan);
+    summary::run(scenario, &pool, run.seed, &jobs, &stats, false).figures
 }
 
 /// The model's figures for one real run: its seed, each job held its
@@ -219,6 +294,16 @@ fn compare_run(s: &StrategyResults, run: &RunResult, both: &Model) -> Vec<Figure
             Rule::Makespan => model.abs() * MAKESPAN_CLOSE,
             Rule::Wait => WAIT_ERRORS * error + WAIT_CLOSE * model.abs(),
         };
+        // Waits: the range of the model and its sampled-overshoot replicas.
+        let (mut lo, mut hi) = (model, model);
+        if rule == Rule::Wait {
+            for r in &both.replicas {
+                if let Some((_, v)) = figure_values(r).into_iter().find(|(k, _)| *k == figure) {
+                    lo = lo.min(v);
+                    hi = hi.max(v);
+                }
+            }
+        }
         FigureCheck {
             strategy: s.name.clone(),
             seed: run.seed,
@@ -226,6 +311,8 @@ fn compare_run(s: &StrategyResults, run: &RunResult, both: &Model) -> Vec<Figure
             rule,
             machine,
             model,
+            model_lo: lo,
+            model_hi: hi,
             tolerance,
         }
     };
