@@ -273,6 +273,20 @@ fn run_once(
     ))
 }
 
+/// A whole lab on the virtual clock, without histograms: deterministic for
+/// the scenario's seed, and milliseconds of computing.
+pub fn virtual_lab(scenario: Scenario) -> LabResults {
+    let plan = LabPlan {
+        scenario,
+        clock: ClockKind::Virtual,
+        timer: Timer::default(),
+        keep_raw: false,
+    };
+    run(&plan, &AtomicBool::new(false), &Progress::hidden())
+        .expect("a virtual lab needs no calibration and is never interrupted")
+        .results
+}
+
 /// Drive a future that never waits on I/O or timers (a virtual-clock run)
 /// to completion on this thread.
 pub fn block_on_ready<F: std::future::Future>(fut: F) -> F::Output {

@@ -6,8 +6,11 @@ use comfy_table::{CellAlignment, Table, TableStyle};
 use crate::units::{count, ms, secs_fine};
 use crate::validate::bands::{Band, Bands};
 
+/// A column: its label, the figure's key, how its values are written.
+type Column = (&'static str, &'static str, fn(f64) -> String);
+
 /// The figures the table shows, with their formatting.
-const SHOWN: &[(&str, &str, fn(f64) -> String)] = &[
+const SHOWN: &[Column] = &[
     ("Normal p50", "normal_wait_ms.p50", ms),
     ("Normal p95", "normal_wait_ms.p95", ms),
     ("Normal p99", "normal_wait_ms.p99", ms),

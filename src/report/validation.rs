@@ -129,41 +129,7 @@ pub fn render_model(v: &ModelVerdict, style: TableStyle) -> String {
         v.checks.len(),
         runs(v)
     );
-    let mut table = Table::new();
-    table.load_style(style);
-    table.set_header(vec![
-        "Strategy",
-        "Figures within",
-        "Closest call (seed)",
-        "Machine",
-        "Model (replicas)",
-        "Allowed ±",
-    ]);
-    let mut names: Vec<&str> = Vec::new();
-    for c in &v.checks {
-        if !names.contains(&c.strategy.as_str()) {
-            names.push(&c.strategy);
-        }
-    }
-    for name in names {
-        let mine: Vec<&FigureCheck> = v.checks.iter().filter(|c| c.strategy == name).collect();
-        let held = mine.iter().filter(|c| c.holds()).count();
-        let Some(closest) = mine
-            .iter()
-            .max_by(|a, b| closeness(a).total_cmp(&closeness(b)))
-        else {
-            continue;
-        };
-        table.add_row(vec![
-            name.to_string(),
-            format!("{held} of {}", mine.len()),
-            format!("{} ({})", closest.figure, closest.seed),
-            shown(closest.machine, closest.unit()),
-            model_shown(closest),
-            shown(closest.tolerance, closest.unit()),
-        ]);
-    }
-    let _ = writeln!(out, "{table}");
+    let _ = writeln!(out, "{}", per_strategy(v, style));
     let ill: Vec<&FigureCheck> = v.checks.iter().filter(|c| c.ill_conditioned()).collect();
     if !ill.is_empty() {
         let mut names: Vec<String> = Vec::new();
@@ -204,6 +170,45 @@ pub fn render_model(v: &ModelVerdict, style: TableStyle) -> String {
         let _ = writeln!(out, "\n{t}");
     }
     out
+}
+
+/// Per strategy: the figures within tolerance and the closest call.
+fn per_strategy(v: &ModelVerdict, style: TableStyle) -> Table {
+    let mut table = Table::new();
+    table.load_style(style);
+    table.set_header(vec![
+        "Strategy",
+        "Figures within",
+        "Closest call (seed)",
+        "Machine",
+        "Model (replicas)",
+        "Allowed ±",
+    ]);
+    let mut names: Vec<&str> = Vec::new();
+    for c in &v.checks {
+        if !names.contains(&c.strategy.as_str()) {
+            names.push(&c.strategy);
+        }
+    }
+    for name in names {
+        let mine: Vec<&FigureCheck> = v.checks.iter().filter(|c| c.strategy == name).collect();
+        let held = mine.iter().filter(|c| c.holds()).count();
+        let Some(closest) = mine
+            .iter()
+            .max_by(|a, b| closeness(a).total_cmp(&closeness(b)))
+        else {
+            continue;
+        };
+        table.add_row(vec![
+            name.to_string(),
+            format!("{held} of {}", mine.len()),
+            format!("{} ({})", closest.figure, closest.seed),
+            shown(closest.machine, closest.unit()),
+            model_shown(closest),
+            shown(closest.tolerance, closest.unit()),
+        ]);
+    }
+    table
 }
 
 /// The model's figure, with its replicas' range where they spread.

@@ -6,24 +6,12 @@ use std::path::Path;
 mod common;
 
 use common::check_invariants;
-use noisylab::lab::{self, LabPlan};
-use noisylab::output::progress::Progress;
-use noisylab::results::{ClockKind, LabResults, StrategyResults};
+use noisylab::lab;
+use noisylab::results::{LabResults, StrategyResults};
 use noisylab::scenario::Scenario;
 
 fn article() -> Scenario {
     Scenario::load(Path::new("lab/article.toml")).expect("lab/article.toml is valid")
-}
-
-fn virtual_lab(scenario: Scenario) -> LabResults {
-    let plan = LabPlan {
-        scenario,
-        clock: ClockKind::Virtual,
-        timer: Default::default(),
-        keep_raw: false,
-    };
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    lab::run(&plan, &stop, &Progress::hidden()).unwrap().results
 }
 
 fn strategy<'a>(r: &'a LabResults, name: &str) -> &'a StrategyResults {
@@ -32,7 +20,7 @@ fn strategy<'a>(r: &'a LabResults, name: &str) -> &'a StrategyResults {
 
 #[test]
 fn shared_fifo_makes_everyone_wait_for_the_burst() {
-    let r = virtual_lab(article());
+    let r = lab::virtual_lab(article());
     let s = strategy(&r, "Shared FIFO");
     for run in &s.runs {
         let f = &run.figures;
@@ -58,7 +46,7 @@ fn shared_fifo_makes_everyone_wait_for_the_burst() {
 
 #[test]
 fn a_cap_of_4_takes_500_rounds_and_leaves_12_workers_idle() {
-    let r = virtual_lab(article());
+    let r = lab::virtual_lab(article());
     for name in ["FIFO with cap of 4 per tenant", "Fair queue with cap of 4"] {
         for run in &strategy(&r, name).runs {
             let f = &run.figures;
@@ -83,7 +71,7 @@ fn a_cap_of_4_takes_500_rounds_and_leaves_12_workers_idle() {
 
 #[test]
 fn a_fair_queue_without_cap_is_work_conserving_and_cheap_for_neighbours() {
-    let r = virtual_lab(article());
+    let r = lab::virtual_lab(article());
     for run in &strategy(&r, "Fair queue, no cap").runs {
         let f = &run.figures;
         let done = f.noisy_done_s.unwrap();
@@ -97,7 +85,7 @@ fn a_fair_queue_without_cap_is_work_conserving_and_cheap_for_neighbours() {
 
 #[test]
 fn a_queue_limit_of_100_rejects_1896_and_finishes_in_2_6_s() {
-    let r = virtual_lab(article());
+    let r = lab::virtual_lab(article());
     for run in &strategy(&r, "Fair queue, queue limit 100").runs {
         let f = &run.figures;
         assert_eq!(f.rejected, 1896, "2,000 − 4 running − 100 waiting");
@@ -124,21 +112,21 @@ fn invariants_hold_for_every_strategy_and_seed() {
 
 #[test]
 fn the_same_seed_gives_byte_identical_json() {
-    let a = serde_json::to_vec(&virtual_lab(article())).unwrap();
-    let b = serde_json::to_vec(&virtual_lab(article())).unwrap();
+    let a = serde_json::to_vec(&lab::virtual_lab(article())).unwrap();
+    let b = serde_json::to_vec(&lab::virtual_lab(article())).unwrap();
     assert_eq!(a, b);
     let mut other = article();
     other.seed = 99;
     assert_ne!(
         a,
-        serde_json::to_vec(&virtual_lab(other)).unwrap(),
+        serde_json::to_vec(&lab::virtual_lab(other)).unwrap(),
         "the seed matters"
     );
 }
 
 #[test]
 fn medians_and_spread_come_from_the_runs() {
-    let r = virtual_lab(article());
+    let r = lab::virtual_lab(article());
     let s = strategy(&r, "Shared FIFO");
     let mut p95: Vec<f64> = s
         .runs

@@ -46,7 +46,13 @@ fn outside_rows(stdout: &str) -> Vec<String> {
         .skip(1)
         .take_while(|l| !l.starts_with('└'))
         .filter(|l| l.starts_with('│'))
-        .map(|l| l.split('┆').next().unwrap().trim_matches(['│', ' ']).to_string())
+        .map(|l| {
+            l.split('┆')
+                .next()
+                .unwrap()
+                .trim_matches(['│', ' '])
+                .to_string()
+        })
         .collect()
 }
 
@@ -93,7 +99,10 @@ fn a_healthy_file_reproduces_the_model_and_doctored_ones_fail_exactly_there() {
         );
         let rows = outside_rows(&stdout);
         assert_eq!(rows, [expected], "{stdout}");
-        let row = stdout.lines().find(|l| l.starts_with('│') && l.contains(expected)).unwrap();
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with('│') && l.contains(expected))
+            .unwrap();
         assert_eq!(row.split('┆').nth(1).unwrap().trim(), seed, "{row}");
     }
 }

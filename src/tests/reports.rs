@@ -237,7 +237,10 @@ fn validate_passes_a_file_that_holds_every_claim_and_fails_the_right_check() {
     let good = doctor(&path, "good.json", as_the_post_measured);
     let (code, out) = validate(&good);
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("the post's claims hold here: 17 of 17 checks hold."), "{out}");
+    assert!(
+        out.contains("the post's claims hold here: 17 of 17 checks hold."),
+        "{out}"
+    );
 
     let slow = doctor(&path, "slow.json", |v| {
         as_the_post_measured(v);
@@ -275,7 +278,10 @@ fn validate_passes_a_file_that_holds_every_claim_and_fails_the_right_check() {
         out.contains("model differs ┆ Fair queue, no cap: beats Shared FIFO by ≥ 350×"),
         "{out}"
     );
-    assert!(out.contains("15 of 17 checks hold; 2 are not what the model itself gives"), "{out}");
+    assert!(
+        out.contains("15 of 17 checks hold; 2 are not what the model itself gives"),
+        "{out}"
+    );
 }
 
 #[test]

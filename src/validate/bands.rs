@@ -10,11 +10,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use std::sync::atomic::AtomicBool;
-
-use crate::lab::{self, LabPlan};
-use crate::output::progress::Progress;
-use crate::results::{ClockKind, Figures, LabResults};
+use crate::lab;
+use crate::results::{Figures, LabResults};
 use crate::scenario::Scenario;
 
 /// Seeds `noisylab bands` uses unless told.
@@ -104,16 +101,7 @@ pub struct ModelLab {
 pub fn model_lab(scenario: &Scenario, seeds: u32) -> ModelLab {
     let mut scenario = scenario.clone();
     scenario.runs = seeds;
-    let plan = LabPlan {
-        scenario,
-        clock: ClockKind::Virtual,
-        timer: Default::default(),
-        keep_raw: false,
-    };
-    let never = AtomicBool::new(false);
-    let results = lab::run(&plan, &never, &Progress::hidden())
-        .expect("a virtual lab does not fail")
-        .results;
+    let results = lab::virtual_lab(scenario);
     let bands = bands_of(&results);
     ModelLab { results, bands }
 }

@@ -11,6 +11,8 @@
 //! built from the run's own measured harness error, against the model of
 //! this machine's overshoot.
 
+use std::collections::BTreeMap;
+
 use crate::lab::{self, summary};
 use crate::results::{Figures, LabResults, RunResult, StrategyResults};
 use crate::scenario::{Scenario, Strategy};
@@ -54,7 +56,8 @@ pub struct FigureCheck {
 
 impl FigureCheck {
     pub fn holds(&self) -> bool {
-        (self.machine >= self.model_lo - self.tolerance && self.machine <= self.model_hi + self.tolerance)
+        (self.machine >= self.model_lo - self.tolerance
+            && self.machine <= self.model_hi + self.tolerance)
             || (self.machine.is_nan() && self.model.is_nan())
     }
 
@@ -284,86 +287,66 @@ pub fn predict(scenario: &Scenario, def: &Strategy, run: &RunResult, overshoot_n
     summary::run(scenario, &pool, run.seed, &jobs, &stats, false).figures
 }
 
+/// The figures compared for every run, and how; each class adds its own.
+const CHECKED: [(&str, Rule); 8] = [
+    ("rejected", Rule::Exact),
+    ("normal_jobs", Rule::Exact),
+    ("lab_s", Rule::Makespan),
+    ("noisy_done_s", Rule::Makespan),
+    ("normal_wait_ms.p50", Rule::Wait),
+    ("normal_wait_ms.p95", Rule::Wait),
+    ("normal_wait_ms.p99", Rule::Wait),
+    ("normal_wait_ms.max", Rule::Wait),
+];
+
 fn compare_run(s: &StrategyResults, run: &RunResult, both: &Model) -> Vec<FigureCheck> {
-    let real = &run.figures;
-    let (exact, model) = (&both.exact, &both.machine);
-    let error = harness_error_ms(real);
-    let check = |figure: String, rule: Rule, machine: f64, model: f64| {
-        let tolerance = match rule {
-            Rule::Exact => 0.0,
-            Rule::Makespan => model.abs() * MAKESPAN_CLOSE,
-            Rule::Wait => WAIT_ERRORS * error + WAIT_CLOSE * model.abs(),
-        };
-        // Waits: the range of the model and its sampled-overshoot replicas.
-        let (mut lo, mut hi) = (model, model);
-        if rule == Rule::Wait {
-            for r in &both.replicas {
-                if let Some((_, v)) = figure_values(r).into_iter().find(|(k, _)| *k == figure) {
-                    lo = lo.min(v);
-                    hi = hi.max(v);
-                }
+    let values = |f: &Figures| -> BTreeMap<String, f64> { figure_values(f).into_iter().collect() };
+    let (real, exact, model) = (
+        values(&run.figures),
+        values(&both.exact),
+        values(&both.machine),
+    );
+    let replicas: Vec<BTreeMap<String, f64>> = both.replicas.iter().map(values).collect();
+    let error = harness_error_ms(&run.figures);
+    let mut keys: Vec<(String, Rule)> = CHECKED.iter().map(|(k, r)| (k.to_string(), *r)).collect();
+    for class in run.figures.classes.keys() {
+        keys.push((format!("classes.{class}.jobs"), Rule::Exact));
+        keys.push((format!("classes.{class}.rejected"), Rule::Exact));
+        keys.push((format!("classes.{class}.wait_ms.p95"), Rule::Wait));
+    }
+    keys.into_iter()
+        .filter_map(|(figure, rule)| {
+            let machine = *real.get(&figure)?;
+            // Makespans against the exact model; the rest against this machine's.
+            let predicted = *if rule == Rule::Makespan {
+                &exact
+            } else {
+                &model
             }
-        }
-        FigureCheck {
-            strategy: s.name.clone(),
-            seed: run.seed,
-            figure,
-            rule,
-            machine,
-            model,
-            model_lo: lo,
-            model_hi: hi,
-            tolerance,
-        }
-    };
-    let mut out = vec![
-        check(
-            "rejected".into(),
-            Rule::Exact,
-            real.rejected as f64,
-            model.rejected as f64,
-        ),
-        check(
-            "normal_jobs".into(),
-            Rule::Exact,
-            real.normal_jobs as f64,
-            model.normal_jobs as f64,
-        ),
-        check("lab_s".into(), Rule::Makespan, real.lab_s, exact.lab_s),
-    ];
-    if let (Some(r), Some(m)) = (real.noisy_done_s, exact.noisy_done_s) {
-        out.push(check("noisy_done_s".into(), Rule::Makespan, r, m));
-    }
-    for (name, r, m) in [
-        ("p50", real.normal_wait_ms.p50, model.normal_wait_ms.p50),
-        ("p95", real.normal_wait_ms.p95, model.normal_wait_ms.p95),
-        ("p99", real.normal_wait_ms.p99, model.normal_wait_ms.p99),
-        ("max", real.normal_wait_ms.max, model.normal_wait_ms.max),
-    ] {
-        out.push(check(format!("normal_wait_ms.{name}"), Rule::Wait, r, m));
-    }
-    for (class, c) in &real.classes {
-        let Some(m) = model.classes.get(class) else {
-            continue;
-        };
-        out.push(check(
-            format!("classes.{class}.jobs"),
-            Rule::Exact,
-            c.jobs as f64,
-            m.jobs as f64,
-        ));
-        out.push(check(
-            format!("classes.{class}.rejected"),
-            Rule::Exact,
-            c.rejected as f64,
-            m.rejected as f64,
-        ));
-        out.push(check(
-            format!("classes.{class}.wait_ms.p95"),
-            Rule::Wait,
-            c.wait_ms.p95,
-            m.wait_ms.p95,
-        ));
-    }
-    out
+            .get(&figure)?;
+            let tolerance = match rule {
+                Rule::Exact => 0.0,
+                Rule::Makespan => predicted.abs() * MAKESPAN_CLOSE,
+                Rule::Wait => WAIT_ERRORS * error + WAIT_CLOSE * predicted.abs(),
+            };
+            // Waits: the range of the model and its sampled-overshoot replicas.
+            let spread = replicas
+                .iter()
+                .filter_map(|r| r.get(&figure))
+                .filter(|_| rule == Rule::Wait);
+            let lo = spread.clone().fold(predicted, |a, &b| a.min(b));
+            let hi = spread.fold(predicted, |a, &b| a.max(b));
+            Some(FigureCheck {
+                strategy: s.name.clone(),
+                seed: run.seed,
+                figure,
+                rule,
+                machine,
+                model: predicted,
+                model_lo: lo,
+                model_hi: hi,
+                tolerance,
+            })
+        })
+        .collect()
 }
