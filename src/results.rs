@@ -131,6 +131,26 @@ pub struct Figures {
     /// Per tenant, among the non-bursting tenants.
     #[serde(default)]
     pub tenants: TenantFigures,
+    /// How evenly backlogged tenants were served (files from before it was
+    /// measured have the default).
+    #[serde(default)]
+    pub fairness: Fairness,
+}
+
+/// Service among the tenants backlogged throughout each window.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fairness {
+    /// Jain's index over service ÷ weight, averaged over the windows.
+    pub jain: f64,
+    /// The largest difference in service ÷ weight between two backlogged
+    /// tenants in any window, and its mean over the windows, in `unit`.
+    pub max_service_diff: f64,
+    pub mean_service_diff: f64,
+    /// `worker-ms`, or the `vtc` cost (`token cost`, `jobs`).
+    pub unit: String,
+    /// The window's length, in seconds.
+    pub window_s: f64,
 }
 
 /// One class's figures.
@@ -149,6 +169,10 @@ pub struct ClassFigures {
     pub tokens_out: u64,
     /// From its first arrival to its last completion, in seconds.
     pub done_s: Option<f64>,
+    /// Service its tenants received while contended (in the windows each was
+    /// backlogged throughout), in the strategy's fairness unit.
+    #[serde(default)]
+    pub service: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

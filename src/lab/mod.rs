@@ -8,6 +8,7 @@
 //!   strategy's runs into their median, min and max.
 //! - [`warnings`] decides, once, what a person should be told about the figures.
 
+pub mod fairness;
 pub mod summary;
 pub mod warnings;
 
@@ -91,15 +92,27 @@ pub fn run_virtual_plan(
     plan: Vec<JobRecord>,
 ) -> (Vec<JobRecord>, RunStats) {
     let pool = pool.clone();
-    let mut sched = AnyScheduler::new(strategy, tenant_count(scenario));
+    let mut sched = scheduler(scenario, strategy, &plan);
     let never = AtomicBool::new(false);
     let mut clock = VirtualClock::new();
     let fut = engine::run(&mut clock, &pool, &mut sched, plan, &never);
     block_on_ready(fut).expect("a virtual run is never interrupted")
 }
 
-fn tenant_count(scenario: &Scenario) -> usize {
-    scenario.population().tenants()
+/// The strategy's scheduler for the scenario's tenants (their weights) and
+/// this run's jobs (their costs, by id).
+pub fn scheduler(scenario: &Scenario, strategy: &Strategy, plan: &[JobRecord]) -> AnyScheduler {
+    let population = scenario.population();
+    let weights = if strategy.uses_weights() {
+        population.weights()
+    } else {
+        vec![1.0; population.tenants()]
+    };
+    AnyScheduler::new(strategy, weights, || {
+        plan.iter()
+            .map(|j| strategy.job_cost(j.duration, j.tokens_in, j.tokens_out))
+            .collect()
+    })
 }
 
 /// What a real-clock lab measures around its runs, and the runtime they use.
@@ -257,14 +270,16 @@ fn run_once(
                 at.total,
                 expected_s,
             );
-            let mut sched = AnyScheduler::new(strategy, tenant_count(scenario));
-            let out = real.run(&pool, &mut sched, load::plan(scenario, seed), stop);
+            let plan = load::plan(scenario, seed);
+            let mut sched = scheduler(scenario, strategy, &plan);
+            let out = real.run(&pool, &mut sched, plan, stop);
             bar.finish();
             out?
         }
     };
     Ok(summary::run(
         scenario,
+        strategy,
         &pool,
         seed,
         &jobs,

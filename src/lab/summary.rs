@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use crate::engine::load::secs_to_ns;
 use crate::engine::{JobRecord, NEVER, Nanos, Pool, RunStats};
 use crate::results::{
-    ClassFigures, Figures, OccupancyTrace, RawHistograms, RawRun, RunResult, Slowdown,
+    ClassFigures, Fairness, Figures, OccupancyTrace, RawHistograms, RawRun, RunResult, Slowdown,
     StrategyResults, TenantFigures,
 };
 use crate::scenario::{Population, Scenario, Strategy};
@@ -70,6 +70,7 @@ fn slowdown(job: &JobRecord) -> Option<f64> {
 /// histograms and traces).
 pub fn run(
     scenario: &Scenario,
+    strategy: &Strategy,
     pool: &Pool,
     seed: u64,
     jobs: &[JobRecord],
@@ -78,6 +79,7 @@ pub fn run(
 ) -> RunResult {
     let m = Measured::from_jobs(pool, jobs);
     let population = scenario.population();
+    let (service, fairness) = super::fairness::measure(&population, strategy, jobs);
     let per_tenant = PerTenant::of(&population, jobs);
     let first_burst = scenario.burst.iter().map(|b| secs_to_ns(b.at_s)).min();
     let noisy_done_s = match (first_burst, m.burst_last) {
@@ -100,15 +102,20 @@ pub fn run(
         waiting_s: ns_to_s(stats.waiting_ns),
         retry_after_s: stats.retry_after_s_max,
         lab_s: ns_to_s(stats.end),
-        classes: classes(&population, jobs),
+        classes: classes(&population, jobs, &service),
         tenants: per_tenant.figures(&population, scenario.alert_p95_ms),
+        fairness,
     };
     let raw = keep_raw.then(|| raw_run(&m, pool, jobs, stats, &per_tenant));
     RunResult { seed, figures, raw }
 }
 
 /// Every class's figures, keyed by name.
-fn classes(population: &Population, jobs: &[JobRecord]) -> BTreeMap<String, ClassFigures> {
+fn classes(
+    population: &Population,
+    jobs: &[JobRecord],
+    service: &[f64],
+) -> BTreeMap<String, ClassFigures> {
     struct Acc {
         wait: Histogram<u64>,
         slowdown: Histogram<u64>,
@@ -168,6 +175,9 @@ fn classes(population: &Population, jobs: &[JobRecord]) -> BTreeMap<String, Clas
                 tokens_in: a.tokens_in,
                 tokens_out: a.tokens_out,
                 done_s: a.last.map(|last| ns_to_s(last.saturating_sub(a.first))),
+                service: service[c.first as usize..(c.first + c.count) as usize]
+                    .iter()
+                    .sum(),
             };
             (c.name.clone(), figures)
         })
@@ -416,6 +426,15 @@ fn combine(runs: &[&Figures], pick: Pick) -> Figures {
         lab_s: f(&|r| r.lab_s),
         classes: combine_classes(runs, pick),
         tenants: combine_tenants(runs, pick),
+        fairness: Fairness {
+            jain: f(&|r| r.fairness.jain),
+            max_service_diff: f(&|r| r.fairness.max_service_diff),
+            mean_service_diff: f(&|r| r.fairness.mean_service_diff),
+            unit: runs
+                .first()
+                .map_or_else(String::new, |r| r.fairness.unit.clone()),
+            window_s: f(&|r| r.fairness.window_s),
+        },
     }
 }
 
@@ -441,6 +460,7 @@ fn combine_classes(runs: &[&Figures], pick: Pick) -> BTreeMap<String, ClassFigur
                 tokens_in: count(&|c| c.tokens_in),
                 tokens_out: count(&|c| c.tokens_out),
                 done_s: pick_opt(cs.iter().map(|c| c.done_s), pick),
+                service: f(&|c| c.service),
             };
             (name.clone(), figures)
         })

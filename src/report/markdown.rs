@@ -45,6 +45,8 @@ impl MarkdownExporter {
             out.push_str(&super::table::class_table(results, ASCII_MARKDOWN).to_string());
             out.push_str("\n\nPer tenant, among the non-bursting tenants:\n\n");
             out.push_str(&super::table::tenant_table(results, ASCII_MARKDOWN).to_string());
+            out.push_str("\n\nFairness among the tenants with work waiting throughout a window (medians of the runs):\n\n");
+            out.push_str(&super::table::fairness_table(results, ASCII_MARKDOWN).to_string());
         }
         out.push_str("\n\nThe harness's own error (medians of the runs):\n\n");
         out.push_str(&harness_table(results, ASCII_MARKDOWN).to_string());

@@ -149,6 +149,35 @@ pub fn tenant_table(results: &LabResults, style: TableStyle) -> Table {
     table
 }
 
+/// Per strategy: how evenly the tenants with work waiting were served, in
+/// windows (Jain's index over service ÷ weight, the largest and mean
+/// difference between two of them), beside the idle workers a cap costs.
+pub fn fairness_table(results: &LabResults, style: TableStyle) -> Table {
+    let mut table = Table::new();
+    table.load_style(style);
+    table.set_header(vec![
+        "Strategy",
+        "Jain, service ÷ weight",
+        "Max service difference",
+        "Mean service difference",
+        "Window",
+        "Idle workers while jobs wait",
+    ]);
+    for s in &results.strategies {
+        let f = &s.median.fairness;
+        table.add_row(vec![
+            s.name.clone(),
+            format!("{:.3}", f.jain),
+            format!("{} {}", sig3(f.max_service_diff), f.unit),
+            format!("{} {}", sig3(f.mean_service_diff), f.unit),
+            format!("{} s", sig3(f.window_s)),
+            format!("{:.1}", s.median.idle_workers_while_waiting),
+        ]);
+    }
+    right_align(&mut table);
+    table
+}
+
 /// `n: a, b, c, …` for a list of tenant names, the first `shown` of them.
 fn names(list: &[String], shown: usize) -> String {
     if list.is_empty() {
@@ -245,6 +274,8 @@ impl Exporter for TableExporter {
             out.push_str(&fit_terminal(class_table(results, UTF8_FULL_CONDENSED)).to_string());
             out.push_str("\nPer tenant, among the non-bursting tenants:\n");
             out.push_str(&fit_terminal(tenant_table(results, UTF8_FULL_CONDENSED)).to_string());
+            out.push_str("\nFairness among the tenants with work waiting (medians of the runs):\n");
+            out.push_str(&fit_terminal(fairness_table(results, UTF8_FULL_CONDENSED)).to_string());
         }
         out.push('\n');
         for w in &results.warnings {

@@ -289,6 +289,27 @@ impl Scenario {
                     "must be at least 1 (leave it out for no limit), found 0".into(),
                 );
             }
+            if s.cost.is_some() && s.queue != super::Queue::Vtc {
+                return fail(
+                    &format!("strategy[{i}].cost"),
+                    "applies to queue = \"vtc\" only (fifo and fair count jobs)".into(),
+                );
+            }
+            for (k, v) in [("cost_in", s.cost_in), ("cost_out", s.cost_out)] {
+                let Some(v) = v else { continue };
+                if s.cost != Some(super::Cost::Tokens) {
+                    return fail(
+                        &format!("strategy[{i}].{k}"),
+                        "applies to cost = \"tokens\" only".into(),
+                    );
+                }
+                if !(v.is_finite() && v >= 0.0) {
+                    return fail(
+                        &format!("strategy[{i}].{k}"),
+                        format!("must be a price of 0 or more a token, found {v}"),
+                    );
+                }
+            }
         }
         Ok(())
     }

@@ -123,7 +123,7 @@ pub struct Burst {
 }
 
 /// One queue discipline to measure.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Strategy {
     pub name: String,
@@ -134,6 +134,18 @@ pub struct Strategy {
     /// Most jobs one tenant may have waiting; a push beyond it is rejected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+    /// What a `vtc` queue counts (default `jobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
+    /// With `cost = "tokens"`: the price of an input and of an output token
+    /// (the VTC paper's 1 and 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_in: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_out: Option<f64>,
+    /// `false`: a `vtc` queue that ignores the groups' weights (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weighted: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,6 +155,55 @@ pub enum Queue {
     Fifo,
     /// One queue per tenant, served in rotation.
     Fair,
+    /// Virtual Token Counter: the backlogged tenant with the least weighted
+    /// service so far.
+    Vtc,
+}
+
+/// What a `vtc` counter counts for a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cost {
+    /// One a job: with equal weights, a round robin.
+    #[default]
+    Jobs,
+    /// The job's duration in milliseconds: worker time.
+    Time,
+    /// `cost_in` × input tokens + `cost_out` × output tokens.
+    Tokens,
+}
+
+/// The VTC paper's token prices: input 1, output 2.
+pub const COST_IN: f64 = 1.0;
+pub const COST_OUT: f64 = 2.0;
+
+impl Strategy {
+    /// What a job costs this strategy's `vtc` counter.
+    pub fn job_cost(&self, duration_ns: u64, tokens_in: u32, tokens_out: u32) -> f64 {
+        match self.cost.unwrap_or_default() {
+            Cost::Jobs => 1.0,
+            Cost::Time => duration_ns as f64 / 1e6,
+            Cost::Tokens => {
+                self.cost_in.unwrap_or(COST_IN) * f64::from(tokens_in)
+                    + self.cost_out.unwrap_or(COST_OUT) * f64::from(tokens_out)
+            }
+        }
+    }
+
+    /// Whether the groups' weights count (for `vtc`; the others ignore them).
+    pub fn uses_weights(&self) -> bool {
+        self.queue == Queue::Vtc && self.weighted != Some(false)
+    }
+
+    /// The unit of this strategy's service: cost units for `vtc` by
+    /// tokens or jobs, worker-milliseconds otherwise.
+    pub fn service_unit(&self) -> &'static str {
+        match (self.queue, self.cost.unwrap_or_default()) {
+            (Queue::Vtc, Cost::Tokens) => "token cost",
+            (Queue::Vtc, Cost::Jobs) => "jobs",
+            _ => "worker-ms",
+        }
+    }
 }
 
 fn default_runs() -> u32 {
@@ -359,6 +420,7 @@ impl Strategy {
             queue: self.queue,
             cap: self.cap,
             limit: self.limit,
+            cost: self.cost,
         }
     }
 
@@ -375,6 +437,7 @@ pub struct Discipline {
     pub queue: Queue,
     pub cap: Option<u32>,
     pub limit: Option<u32>,
+    pub cost: Option<Cost>,
 }
 
 /// What a discipline is for, as the post sorts its strategies.
@@ -395,7 +458,7 @@ impl Discipline {
         match (self.queue, self.cap, self.limit) {
             (_, _, Some(_)) => Kind::Limited,
             (_, Some(_), None) => Kind::Capped,
-            (Queue::Fair, None, None) => Kind::Fair,
+            (Queue::Fair | Queue::Vtc, None, None) => Kind::Fair,
             (Queue::Fifo, None, None) => Kind::SharedFifo,
         }
     }
@@ -404,6 +467,9 @@ impl Discipline {
 impl fmt::Display for Discipline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.queue.key())?;
+        if let Some(cost) = self.cost {
+            write!(f, ", cost {}", cost.key())?;
+        }
         if let Some(cap) = self.cap {
             write!(f, ", cap {cap}")?;
         }
@@ -422,6 +488,7 @@ impl std::str::FromStr for Discipline {
         let queue = match parts.next() {
             Some("fifo") => Queue::Fifo,
             Some("fair") => Queue::Fair,
+            Some("vtc") => Queue::Vtc,
             _ => {
                 return Err(format!(
                     "queue {text:?}: expected `fifo` or `fair`, then `, cap N` and `, limit N`"
@@ -432,11 +499,21 @@ impl std::str::FromStr for Discipline {
             queue,
             cap: None,
             limit: None,
+            cost: None,
         };
         for part in parts {
             let bad =
                 || format!("queue {text:?}: cannot read {part:?}; expected `cap N` or `limit N`");
             let (key, n) = part.split_once(' ').ok_or_else(bad)?;
+            if key == "cost" && d.cost.is_none() {
+                d.cost = Some(match n {
+                    "jobs" => Cost::Jobs,
+                    "time" => Cost::Time,
+                    "tokens" => Cost::Tokens,
+                    _ => return Err(bad()),
+                });
+                continue;
+            }
             let n: u32 = n.parse().map_err(|_| bad())?;
             match key {
                 "cap" if d.cap.is_none() => d.cap = Some(n),
@@ -467,6 +544,17 @@ impl Queue {
         match self {
             Queue::Fifo => "fifo",
             Queue::Fair => "fair",
+            Queue::Vtc => "vtc",
+        }
+    }
+}
+
+impl Cost {
+    pub fn key(self) -> &'static str {
+        match self {
+            Cost::Jobs => "jobs",
+            Cost::Time => "time",
+            Cost::Tokens => "tokens",
         }
     }
 }

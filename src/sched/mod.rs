@@ -9,11 +9,13 @@
 mod fair;
 mod fifo;
 pub mod naive;
+mod vtc;
 
 use std::collections::VecDeque;
 
 pub use fair::Fair;
 pub use fifo::Fifo;
+pub use vtc::Vtc;
 
 use crate::scenario::{Queue, Strategy};
 
@@ -122,6 +124,12 @@ impl Tenants {
         was_capped && !t.queue.is_empty()
     }
 
+    /// Jobs the tenant has waiting.
+    #[inline]
+    pub(crate) fn waiting(&self, tenant: TenantId) -> usize {
+        self.tenants[tenant as usize].queue.len()
+    }
+
     #[inline]
     pub(crate) fn head(&self, tenant: TenantId) -> JobId {
         self.tenants[tenant as usize].queue[0]
@@ -136,14 +144,23 @@ impl Tenants {
 pub enum AnyScheduler {
     Fifo(Fifo),
     Fair(Fair),
+    Vtc(Vtc),
 }
 
 impl AnyScheduler {
-    pub fn new(strategy: &Strategy, tenants: usize) -> AnyScheduler {
+    /// The strategy's scheduler for `weights.len()` tenants; `cost` gives
+    /// each job's cost by id (used by `vtc` only).
+    pub fn new(
+        strategy: &Strategy,
+        weights: Vec<f64>,
+        cost: impl FnOnce() -> Vec<f64>,
+    ) -> AnyScheduler {
         let limits = Limits::of(strategy);
+        let tenants = weights.len();
         match strategy.queue {
             Queue::Fifo => AnyScheduler::Fifo(Fifo::new(tenants, limits)),
             Queue::Fair => AnyScheduler::Fair(Fair::new(tenants, limits)),
+            Queue::Vtc => AnyScheduler::Vtc(Vtc::new(tenants, limits, weights, cost())),
         }
     }
 }
@@ -154,6 +171,7 @@ impl Scheduler for AnyScheduler {
         match self {
             AnyScheduler::Fifo(s) => s.push(tenant, job),
             AnyScheduler::Fair(s) => s.push(tenant, job),
+            AnyScheduler::Vtc(s) => s.push(tenant, job),
         }
     }
 
@@ -162,6 +180,7 @@ impl Scheduler for AnyScheduler {
         match self {
             AnyScheduler::Fifo(s) => s.take(),
             AnyScheduler::Fair(s) => s.take(),
+            AnyScheduler::Vtc(s) => s.take(),
         }
     }
 
@@ -170,6 +189,7 @@ impl Scheduler for AnyScheduler {
         match self {
             AnyScheduler::Fifo(s) => s.finished(tenant),
             AnyScheduler::Fair(s) => s.finished(tenant),
+            AnyScheduler::Vtc(s) => s.finished(tenant),
         }
     }
 
@@ -177,6 +197,7 @@ impl Scheduler for AnyScheduler {
         match self {
             AnyScheduler::Fifo(s) => s.queued(),
             AnyScheduler::Fair(s) => s.queued(),
+            AnyScheduler::Vtc(s) => s.queued(),
         }
     }
 }

@@ -147,3 +147,67 @@ impl Scheduler for NaiveFair {
         self.queue.iter().map(VecDeque::len).sum()
     }
 }
+
+/// `vtc` by scanning every tenant for the ready one with the lowest counter
+/// (ties to the lower id), and every tenant again for the lift's floor.
+#[derive(Debug)]
+pub struct NaiveVtc {
+    queue: Vec<VecDeque<JobId>>,
+    running: Vec<u32>,
+    counter: Vec<f64>,
+    weight: Vec<f64>,
+    cost: Vec<f64>,
+    limits: Limits,
+}
+
+impl NaiveVtc {
+    pub fn new(tenants: usize, limits: Limits, weight: Vec<f64>, cost: Vec<f64>) -> NaiveVtc {
+        NaiveVtc {
+            queue: (0..tenants).map(|_| VecDeque::new()).collect(),
+            running: vec![0; tenants],
+            counter: vec![0.0; tenants],
+            weight,
+            cost,
+            limits,
+        }
+    }
+}
+
+impl Scheduler for NaiveVtc {
+    fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected> {
+        let t = tenant as usize;
+        let waiting = self.queue[t].len() as u32;
+        if waiting >= self.limits.limit {
+            return Err(Rejected { waiting });
+        }
+        if waiting == 0 {
+            let floor = (0..self.queue.len())
+                .filter(|&o| o != t && !self.queue[o].is_empty())
+                .map(|o| self.counter[o])
+                .fold(f64::INFINITY, f64::min);
+            if floor.is_finite() {
+                self.counter[t] = self.counter[t].max(floor);
+            }
+        }
+        self.queue[t].push_back(job);
+        Ok(())
+    }
+
+    fn take(&mut self) -> Option<(TenantId, JobId)> {
+        let t = (0..self.queue.len())
+            .filter(|&t| !self.queue[t].is_empty() && self.running[t] < self.limits.cap)
+            .min_by(|&a, &b| self.counter[a].total_cmp(&self.counter[b]).then(a.cmp(&b)))?;
+        let job = self.queue[t].pop_front()?;
+        self.running[t] += 1;
+        self.counter[t] += self.cost[job as usize] / self.weight[t];
+        Some((t as TenantId, job))
+    }
+
+    fn finished(&mut self, tenant: TenantId) {
+        self.running[tenant as usize] -= 1;
+    }
+
+    fn queued(&self) -> usize {
+        self.queue.iter().map(VecDeque::len).sum()
+    }
+}

@@ -45,11 +45,11 @@ fn bad_scenarios_get_one_line_naming_file_and_key() {
         ),
         (
             variant(d, "kind.toml", "queue = \"fair\"", "queue = \"lifo\""),
-            "kind.toml:31:9: strategy[2].queue: unknown value `lifo`; allowed: `fifo` or `fair`".into(),
+            "kind.toml:31:9: strategy[2].queue: unknown value `lifo`; allowed: `fifo`, `fair`, `vtc`".into(),
         ),
         (
             variant(d, "limt.toml", "limit = 100", "limt = 100"),
-            "limt.toml:44:1: strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`".into(),
+            "limt.toml:44:1: strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`, `cost`, `cost_in`, `cost_out`, `weighted`".into(),
         ),
         (
             variant(d, "syntax.toml", "workers = 20", "workers = [20"),

@@ -47,7 +47,7 @@ fn each_bad_scenario_gets_its_message() {
         ),
         (
             edit("limit = 100", "limt = 100"),
-            "strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`",
+            "strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`, `cost`, `cost_in`, `cost_out`, `weighted`",
         ),
         (
             edit("workers = 20", "workers = \"20\""),
@@ -107,7 +107,7 @@ fn each_bad_scenario_gets_its_message() {
         ),
         (
             edit("queue = \"fair\"", "queue = \"lifo\""),
-            "strategy[2].queue: unknown value `lifo`; allowed: `fifo` or `fair`",
+            "strategy[2].queue: unknown value `lifo`; allowed: `fifo`, `fair`, `vtc`",
         ),
         (
             edit("arrivals = \"periodic\"", "arrivals = \"bursty\""),
@@ -314,7 +314,7 @@ fn scenarios() -> impl Strategy<Value = Scenario> {
         prop::collection::vec((0.0f64..1.5, 1u32..=600, 0usize..3), 0..3),
         prop::collection::vec(
             (
-                any::<bool>(),
+                0u8..3,
                 prop::option::of(1u32..6),
                 prop::option::of(1u32..50),
             ),
@@ -348,11 +348,15 @@ fn scenarios() -> impl Strategy<Value = Scenario> {
                 s.strategy = strategies
                     .into_iter()
                     .enumerate()
-                    .map(|(i, (fair, cap, limit))| StrategyDef {
+                    .map(|(i, (kind, cap, limit))| StrategyDef {
                         name: format!("s{i}"),
-                        queue: if fair { Queue::Fair } else { Queue::Fifo },
+                        queue: [Queue::Fifo, Queue::Fair, Queue::Vtc][usize::from(kind)],
                         cap,
                         limit,
+                        cost: None,
+                        cost_in: None,
+                        cost_out: None,
+                        weighted: None,
                     })
                     .collect();
                 s

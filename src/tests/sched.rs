@@ -1,8 +1,8 @@
 //! The fast disciplines against the naive scans: same job order, same
 //! rejections, on random push / take / finish sequences.
 
-use noisylab::sched::naive::{NaiveFair, NaiveFifo};
-use noisylab::sched::{Fair, Fifo, Limits, Scheduler};
+use noisylab::sched::naive::{NaiveFair, NaiveFifo, NaiveVtc};
+use noisylab::sched::{Fair, Fifo, Limits, Scheduler, Vtc};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -91,6 +91,22 @@ proptest! {
     #[test]
     fn fair_matches_its_naive_scan((tenants, ops) in (1u32..12).prop_flat_map(|t| (Just(t), ops(t))), limits in limits()) {
         same_answers(Fair::new(tenants as usize, limits), NaiveFair::new(tenants as usize, limits), &ops)?;
+    }
+
+    #[test]
+    fn vtc_matches_its_naive_scan(
+        (tenants, ops) in (1u32..12).prop_flat_map(|t| (Just(t), ops(t))),
+        limits in limits(),
+        weights in prop::collection::vec(1u32..5, 12),
+        costs in prop::collection::vec(1u32..10, 400),
+    ) {
+        let w: Vec<f64> = weights[..tenants as usize].iter().map(|&w| f64::from(w)).collect();
+        let c: Vec<f64> = costs.iter().map(|&c| f64::from(c)).collect();
+        same_answers(
+            Vtc::new(tenants as usize, limits, w.clone(), c.clone()),
+            NaiveVtc::new(tenants as usize, limits, w, c),
+            &ops,
+        )?;
     }
 
     #[test]

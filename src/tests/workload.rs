@@ -330,7 +330,7 @@ proptest! {
             let (jobs, stats) = lab::run_virtual(&s, strategy, seed);
             common::check_invariants(&s, strategy, &jobs, stats.rejected);
             let pool = lab::pool_for(&s, strategy);
-            let run = lab::summary::run(&s, &pool, seed, &jobs, &stats, false);
+            let run = lab::summary::run(&s, strategy, &pool, seed, &jobs, &stats, false);
             common::check_classes(&s, &jobs, &run.figures);
             let (again, _) = lab::run_virtual(&s, strategy, seed);
             prop_assert_eq!(&jobs, &again, "same seed, same run");

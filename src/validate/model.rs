@@ -204,6 +204,10 @@ fn definition(scenario: &Scenario, s: &StrategyResults) -> Strategy {
             queue: s.queue.queue,
             cap: s.queue.cap,
             limit: s.queue.limit,
+            cost: s.queue.cost,
+            cost_in: None,
+            cost_out: None,
+            weighted: None,
         })
 }
 
@@ -275,7 +279,7 @@ fn predict_sampled(
     }
     let pool = lab::pool_for(scenario, def);
     let (jobs, stats) = lab::run_virtual_plan(scenario, &pool, def, plan);
-    summary::run(scenario, &pool, run.seed, &jobs, &stats, false).figures
+    summary::run(scenario, def, &pool, run.seed, &jobs, &stats, false).figures
 }
 
 /// The model's figures for one real run: its seed, each job held its
@@ -284,7 +288,7 @@ pub fn predict(scenario: &Scenario, def: &Strategy, run: &RunResult, overshoot_n
     let mut pool = lab::pool_for(scenario, def);
     pool.model_overshoot_ns = overshoot_ns;
     let (jobs, stats) = lab::run_virtual_on(scenario, &pool, def, run.seed);
-    summary::run(scenario, &pool, run.seed, &jobs, &stats, false).figures
+    summary::run(scenario, def, &pool, run.seed, &jobs, &stats, false).figures
 }
 
 /// The figures compared for every run, and how; each class adds its own.

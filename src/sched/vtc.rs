@@ -1,0 +1,99 @@
+//! `vtc`: the Virtual Token Counter (Sheng et al., "Fairness in Serving Large
+//! Language Models", OSDI 2024), on whole jobs.
+//!
+//! Each tenant has a counter of the service it has received, in cost units
+//! divided by its weight. A free worker takes the oldest job of the ready
+//! tenant (work waiting, below its cap) with the lowest counter; the counter
+//! grows by the job's cost ÷ the tenant's weight when the job starts. When a
+//! tenant with nothing waiting gets a job, its counter is lifted to the
+//! lowest counter among the other tenants with work waiting, so an idle
+//! tenant banks no credit. Ties go to the lower tenant id. Push, take and
+//! finish are O(log tenants): two ordered sets keyed by counter.
+
+use std::collections::BTreeSet;
+
+use super::{JobId, Limits, Rejected, Scheduler, TenantId, Tenants};
+
+/// A counter as an ordered key: non-negative `f64`s order as their bits.
+type Key = (u64, TenantId);
+
+fn key(counter: f64, tenant: TenantId) -> Key {
+    (counter.max(0.0).to_bits(), tenant)
+}
+
+#[derive(Debug)]
+pub struct Vtc {
+    tenants: Tenants,
+    counter: Vec<f64>,
+    weight: Vec<f64>,
+    /// Each job's cost, by job id.
+    cost: Vec<f64>,
+    /// Tenants with work waiting and below their cap.
+    ready: BTreeSet<Key>,
+    /// Tenants with work waiting (ready or at their cap): the lift's floor.
+    backlogged: BTreeSet<Key>,
+}
+
+impl Vtc {
+    /// `weight` per tenant, `cost` per job id (both positive).
+    pub fn new(tenants: usize, limits: Limits, weight: Vec<f64>, cost: Vec<f64>) -> Vtc {
+        assert_eq!(weight.len(), tenants, "a weight per tenant");
+        Vtc {
+            tenants: Tenants::new(tenants, limits),
+            counter: vec![0.0; tenants],
+            weight,
+            cost,
+            ready: BTreeSet::new(),
+            backlogged: BTreeSet::new(),
+        }
+    }
+
+    /// A tenant's counter (cost units ÷ weight).
+    pub fn counter(&self, tenant: TenantId) -> f64 {
+        self.counter[tenant as usize]
+    }
+}
+
+impl Scheduler for Vtc {
+    fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected> {
+        let t = tenant as usize;
+        let was_idle = self.tenants.waiting(tenant) == 0;
+        let now_ready = self.tenants.admit(tenant, job)?;
+        if was_idle {
+            if let Some(&(floor, _)) = self.backlogged.first() {
+                self.counter[t] = self.counter[t].max(f64::from_bits(floor));
+            }
+            self.backlogged.insert(key(self.counter[t], tenant));
+        }
+        if now_ready {
+            self.ready.insert(key(self.counter[t], tenant));
+        }
+        Ok(())
+    }
+
+    fn take(&mut self) -> Option<(TenantId, JobId)> {
+        let (_, tenant) = self.ready.pop_first()?;
+        let t = tenant as usize;
+        self.backlogged.remove(&key(self.counter[t], tenant));
+        let (job, still_ready) = self.tenants.start_next(tenant);
+        self.counter[t] += self.cost[job as usize] / self.weight[t];
+        if self.tenants.waiting(tenant) > 0 {
+            self.backlogged.insert(key(self.counter[t], tenant));
+        }
+        if still_ready {
+            self.ready.insert(key(self.counter[t], tenant));
+        }
+        Some((tenant, job))
+    }
+
+    fn finished(&mut self, tenant: TenantId) {
+        if self.tenants.finish(tenant) {
+            self.ready
+                .insert(key(self.counter[tenant as usize], tenant));
+        }
+    }
+
+    fn queued(&self) -> usize {
+        self.tenants.queued()
+    }
+}
