@@ -6,14 +6,15 @@
 //!
 //! A tenant is backlogged while one of its jobs waits (a tenant at its cap
 //! with work queued counts: it is asking for service). A job's service is
-//! spread evenly over the time it runs; its amount is its cost to the
-//! strategy (`vtc` by tokens or jobs) or its worker time in ms.
+//! spread evenly over the time it runs; its amount is the scenario's
+//! `service`: worker time in ms (default), one a job, or its tokens at the
+//! VTC paper's prices, the same for every strategy so they compare.
 
 use std::collections::BTreeMap;
 
 use crate::engine::{JobRecord, NEVER, Nanos};
 use crate::results::Fairness;
-use crate::scenario::{Population, Strategy};
+use crate::scenario::{COST_IN, COST_OUT, Cost, Population, Strategy};
 
 /// The window: a second, or ten mean jobs where jobs are longer.
 pub fn window_ns(jobs: &[JobRecord]) -> Nanos {
@@ -22,11 +23,21 @@ pub fn window_ns(jobs: &[JobRecord]) -> Nanos {
     (mean * 10.0).max(1e9) as Nanos
 }
 
+/// The name of a service unit.
+pub fn unit(service: Cost) -> &'static str {
+    match service {
+        Cost::Time => "worker-ms",
+        Cost::Jobs => "jobs",
+        Cost::Tokens => "token cost",
+    }
+}
+
 /// Each tenant's service while contended (in the windows it was backlogged
 /// throughout), and the figures.
 pub fn measure(
     population: &Population,
     strategy: &Strategy,
+    service: Cost,
     jobs: &[JobRecord],
 ) -> (Vec<f64>, Fairness) {
     let tenants = population.tenants();
@@ -44,9 +55,10 @@ pub fn measure(
         .iter()
         .filter(|j| j.started != NEVER && j.finished != NEVER)
     {
-        let amount = match strategy.service_unit() {
-            "worker-ms" => j.duration as f64 / 1e6,
-            _ => strategy.job_cost(j.duration, j.tokens_in, j.tokens_out),
+        let amount = match service {
+            Cost::Time => j.duration as f64 / 1e6,
+            Cost::Jobs => 1.0,
+            Cost::Tokens => COST_IN * f64::from(j.tokens_in) + COST_OUT * f64::from(j.tokens_out),
         };
         let (start, end) = (j.started, j.finished.max(j.started + 1));
         let rate = amount / (end - start) as f64;
@@ -86,7 +98,7 @@ pub fn measure(
         jain: mean(&jains, 1.0),
         max_service_diff: diffs.iter().copied().fold(0.0, f64::max),
         mean_service_diff: mean(&diffs, 0.0),
-        unit: strategy.service_unit().to_string(),
+        unit: unit(service).to_string(),
         window_s: window as f64 / 1e9,
     };
     (total, fairness)

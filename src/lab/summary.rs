@@ -79,7 +79,8 @@ pub fn run(
 ) -> RunResult {
     let m = Measured::from_jobs(pool, jobs);
     let population = scenario.population();
-    let (service, fairness) = super::fairness::measure(&population, strategy, jobs);
+    let unit = scenario.service.unwrap_or(crate::scenario::Cost::Time);
+    let (service, fairness) = super::fairness::measure(&population, strategy, unit, jobs);
     let per_tenant = PerTenant::of(&population, jobs);
     let first_burst = scenario.burst.iter().map(|b| secs_to_ns(b.at_s)).min();
     let noisy_done_s = match (first_burst, m.burst_last) {

@@ -44,6 +44,11 @@ pub struct Scenario {
     /// Per strategy, name the tenants whose p95 wait exceeds this, in ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alert_p95_ms: Option<f64>,
+    /// What the fairness figures count as service, for every strategy
+    /// alike: worker time (default), jobs, or tokens at the VTC paper's
+    /// prices (input 1, output 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<Cost>,
     /// The post's well-behaved tenants: one group named `normal`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normal: Option<Normal>,
@@ -193,16 +198,6 @@ impl Strategy {
     /// Whether the groups' weights count (for `vtc`; the others ignore them).
     pub fn uses_weights(&self) -> bool {
         self.queue == Queue::Vtc && self.weighted != Some(false)
-    }
-
-    /// The unit of this strategy's service: cost units for `vtc` by
-    /// tokens or jobs, worker-milliseconds otherwise.
-    pub fn service_unit(&self) -> &'static str {
-        match (self.queue, self.cost.unwrap_or_default()) {
-            (Queue::Vtc, Cost::Tokens) => "token cost",
-            (Queue::Vtc, Cost::Jobs) => "jobs",
-            _ => "worker-ms",
-        }
     }
 }
 
