@@ -85,6 +85,9 @@ pub struct Pool {
     /// measured overshoot, so the model predicts what that machine measures
     /// (0 for the model itself). The real clock ignores it.
     pub model_overshoot_ns: Nanos,
+    /// With lending: a tenant at its cap may start a job while more than
+    /// this many workers are idle.
+    pub reserve: Option<u32>,
 }
 
 /// Busy workers by tenant class and jobs waiting, at one instant.
@@ -256,7 +259,12 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     /// here, on the submitting path, right after the scheduler's choice.
     fn dispatch(&mut self) {
         while self.idle > 0 {
-            let Some((tenant, id)) = self.sched.take() else {
+            let lend = self.pool.reserve.is_some_and(|r| self.idle > r);
+            let next = match self.sched.take() {
+                None if lend => self.sched.take_over_cap(),
+                next => next,
+            };
+            let Some((tenant, id)) = next else {
                 break;
             };
             let started = self.clock.now();

@@ -60,6 +60,7 @@ pub fn pool_for(scenario: &Scenario, strategy: &Strategy) -> Pool {
         sample_ns: SAMPLE_NS,
         traffic_ns: load::secs_to_ns(scenario.traffic_s),
         model_overshoot_ns: 0,
+        reserve: strategy.reserve,
     }
 }
 

@@ -289,6 +289,12 @@ impl Scenario {
                     "must be at least 1 (leave it out for no limit), found 0".into(),
                 );
             }
+            if s.reserve.is_some() && s.cap.is_none() {
+                return fail(
+                    &format!("strategy[{i}].reserve"),
+                    "lends a cap's idle workers, so it needs a cap (set cap = N)".into(),
+                );
+            }
             if s.cost.is_some() && s.queue != super::Queue::Vtc {
                 return fail(
                     &format!("strategy[{i}].cost"),

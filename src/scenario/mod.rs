@@ -148,6 +148,11 @@ pub struct Strategy {
     pub cost_in: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_out: Option<f64>,
+    /// With a cap: a tenant at its cap may still start a job while more than
+    /// this many workers are idle (the cap lends idle workers, keeping
+    /// `reserve` ready for the neighbours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<u32>,
     /// `false`: a `vtc` queue that ignores the groups' weights (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weighted: Option<bool>,
@@ -416,6 +421,7 @@ impl Strategy {
             cap: self.cap,
             limit: self.limit,
             cost: self.cost,
+            reserve: self.reserve,
         }
     }
 
@@ -433,6 +439,7 @@ pub struct Discipline {
     pub cap: Option<u32>,
     pub limit: Option<u32>,
     pub cost: Option<Cost>,
+    pub reserve: Option<u32>,
 }
 
 /// What a discipline is for, as the post sorts its strategies.
@@ -471,6 +478,9 @@ impl fmt::Display for Discipline {
         if let Some(limit) = self.limit {
             write!(f, ", limit {limit}")?;
         }
+        if let Some(reserve) = self.reserve {
+            write!(f, ", reserve {reserve}")?;
+        }
         Ok(())
     }
 }
@@ -495,6 +505,7 @@ impl std::str::FromStr for Discipline {
             cap: None,
             limit: None,
             cost: None,
+            reserve: None,
         };
         for part in parts {
             let bad =
@@ -513,6 +524,7 @@ impl std::str::FromStr for Discipline {
             match key {
                 "cap" if d.cap.is_none() => d.cap = Some(n),
                 "limit" if d.limit.is_none() => d.limit = Some(n),
+                "reserve" if d.reserve.is_none() => d.reserve = Some(n),
                 _ => return Err(bad()),
             }
         }

@@ -34,6 +34,13 @@ impl Fair {
     }
 }
 
+impl Fair {
+    /// Let tenants at their cap borrow idle workers, oldest job first.
+    pub fn lend(&mut self) {
+        self.tenants.lend();
+    }
+}
+
 impl Scheduler for Fair {
     #[inline]
     fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected> {
@@ -65,5 +72,9 @@ impl Scheduler for Fair {
 
     fn queued(&self) -> usize {
         self.tenants.queued()
+    }
+
+    fn take_over_cap(&mut self) -> Option<(TenantId, JobId)> {
+        self.tenants.take_over()
     }
 }

@@ -25,6 +25,13 @@ impl Fifo {
     }
 }
 
+impl Fifo {
+    /// Let tenants at their cap borrow idle workers, oldest job first.
+    pub fn lend(&mut self) {
+        self.tenants.lend();
+    }
+}
+
 impl Scheduler for Fifo {
     #[inline]
     fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected> {
@@ -55,5 +62,9 @@ impl Scheduler for Fifo {
 
     fn queued(&self) -> usize {
         self.tenants.queued()
+    }
+
+    fn take_over_cap(&mut self) -> Option<(TenantId, JobId)> {
+        self.tenants.take_over()
     }
 }

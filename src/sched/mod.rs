@@ -11,7 +11,7 @@ mod fifo;
 pub mod naive;
 mod vtc;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 pub use fair::Fair;
 pub use fifo::Fifo;
@@ -43,6 +43,12 @@ pub trait Scheduler {
     fn finished(&mut self, tenant: TenantId);
     /// Jobs waiting, all tenants together.
     fn queued(&self) -> usize;
+    /// With lending on: the oldest waiting job of a tenant at its cap,
+    /// started over the cap (the engine asks only while more than the
+    /// strategy's `reserve` workers are idle). Without lending: none.
+    fn take_over_cap(&mut self) -> Option<(TenantId, JobId)> {
+        None
+    }
 }
 
 /// Limits shared by every discipline.
@@ -77,6 +83,9 @@ pub(crate) struct Tenants {
     tenants: Vec<Tenant>,
     limits: Limits,
     queued: usize,
+    /// With lending on: the tenants at their cap with work waiting, by
+    /// their oldest waiting job.
+    capped: Option<BTreeSet<(JobId, TenantId)>>,
 }
 
 impl Tenants {
@@ -85,7 +94,32 @@ impl Tenants {
             tenants: (0..tenants).map(|_| Tenant::default()).collect(),
             limits,
             queued: 0,
+            capped: None,
         }
+    }
+
+    /// Keep the tenants at their cap in order, for [`Tenants::take_over`].
+    pub(crate) fn lend(&mut self) {
+        self.capped = Some(BTreeSet::new());
+    }
+
+    /// The tenant [`Tenants::take_over`] would serve next.
+    pub(crate) fn oldest_capped(&self) -> Option<TenantId> {
+        self.capped.as_ref()?.first().map(|&(_, t)| t)
+    }
+
+    /// Start the oldest waiting job of a tenant at its cap, over the cap.
+    pub(crate) fn take_over(&mut self) -> Option<(TenantId, JobId)> {
+        let capped = self.capped.as_mut()?;
+        let (job, tenant) = capped.pop_first()?;
+        let t = &mut self.tenants[tenant as usize];
+        t.queue.pop_front();
+        t.running += 1;
+        self.queued -= 1;
+        if let Some(&head) = t.queue.front() {
+            capped.insert((head, tenant));
+        }
+        Some((tenant, job))
     }
 
     /// Append a job; `Ok(true)` when this made the tenant ready to be served.
@@ -98,6 +132,12 @@ impl Tenants {
         }
         t.queue.push_back(job);
         self.queued += 1;
+        if let Some(capped) = &mut self.capped
+            && waiting == 0
+            && t.running >= self.limits.cap
+        {
+            capped.insert((job, tenant));
+        }
         Ok(waiting == 0 && t.running < self.limits.cap)
     }
 
@@ -112,6 +152,12 @@ impl Tenants {
             .expect("a ready tenant has a job waiting");
         self.queued -= 1;
         t.running += 1;
+        if let Some(capped) = &mut self.capped
+            && t.running >= self.limits.cap
+            && let Some(&head) = t.queue.front()
+        {
+            capped.insert((head, tenant));
+        }
         (job, !t.queue.is_empty() && t.running < self.limits.cap)
     }
 
@@ -121,7 +167,11 @@ impl Tenants {
         let t = &mut self.tenants[tenant as usize];
         let was_capped = t.running == self.limits.cap;
         t.running -= 1;
-        was_capped && !t.queue.is_empty()
+        let ready = was_capped && !t.queue.is_empty();
+        if ready && let Some(capped) = &mut self.capped {
+            capped.remove(&(t.queue[0], tenant));
+        }
+        ready
     }
 
     /// Jobs the tenant has waiting.
@@ -157,10 +207,23 @@ impl AnyScheduler {
     ) -> AnyScheduler {
         let limits = Limits::of(strategy);
         let tenants = weights.len();
-        match strategy.queue {
+        let mut s = match strategy.queue {
             Queue::Fifo => AnyScheduler::Fifo(Fifo::new(tenants, limits)),
             Queue::Fair => AnyScheduler::Fair(Fair::new(tenants, limits)),
             Queue::Vtc => AnyScheduler::Vtc(Vtc::new(tenants, limits, weights, cost())),
+        };
+        if strategy.reserve.is_some() {
+            s.lend();
+        }
+        s
+    }
+
+    /// Let tenants at their cap borrow idle workers ([`Scheduler::take_over_cap`]).
+    pub fn lend(&mut self) {
+        match self {
+            AnyScheduler::Fifo(s) => s.lend(),
+            AnyScheduler::Fair(s) => s.lend(),
+            AnyScheduler::Vtc(s) => s.lend(),
         }
     }
 }
@@ -198,6 +261,14 @@ impl Scheduler for AnyScheduler {
             AnyScheduler::Fifo(s) => s.queued(),
             AnyScheduler::Fair(s) => s.queued(),
             AnyScheduler::Vtc(s) => s.queued(),
+        }
+    }
+
+    fn take_over_cap(&mut self) -> Option<(TenantId, JobId)> {
+        match self {
+            AnyScheduler::Fifo(s) => s.take_over_cap(),
+            AnyScheduler::Fair(s) => s.take_over_cap(),
+            AnyScheduler::Vtc(s) => s.take_over_cap(),
         }
     }
 }

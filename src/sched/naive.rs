@@ -55,6 +55,17 @@ impl Scheduler for NaiveFifo {
     fn queued(&self) -> usize {
         self.waiting.len()
     }
+
+    fn take_over_cap(&mut self) -> Option<(TenantId, JobId)> {
+        let i = self
+            .waiting
+            .iter()
+            .position(|&(_, t)| self.running[t as usize] >= self.limits.cap)?;
+        let (job, tenant) = self.waiting.remove(i)?;
+        self.queued_by_tenant[tenant as usize] -= 1;
+        self.running[tenant as usize] += 1;
+        Some((tenant, job))
+    }
 }
 
 /// `fair` by scanning every tenant for the ready one whose turn comes first.
@@ -146,6 +157,20 @@ impl Scheduler for NaiveFair {
     fn queued(&self) -> usize {
         self.queue.iter().map(VecDeque::len).sum()
     }
+
+    fn take_over_cap(&mut self) -> Option<(TenantId, JobId)> {
+        let t = oldest_capped(&self.queue, &self.running, self.limits.cap)?;
+        let job = self.queue[t].pop_front()?;
+        self.running[t] += 1;
+        Some((t as TenantId, job))
+    }
+}
+
+/// The tenant at its cap whose oldest waiting job is oldest.
+fn oldest_capped(queue: &[VecDeque<JobId>], running: &[u32], cap: u32) -> Option<usize> {
+    (0..queue.len())
+        .filter(|&t| running[t] >= cap && !queue[t].is_empty())
+        .min_by_key(|&t| queue[t][0])
 }
 
 /// `vtc` by scanning every tenant for the ready one with the lowest counter
@@ -209,5 +234,13 @@ impl Scheduler for NaiveVtc {
 
     fn queued(&self) -> usize {
         self.queue.iter().map(VecDeque::len).sum()
+    }
+
+    fn take_over_cap(&mut self) -> Option<(TenantId, JobId)> {
+        let t = oldest_capped(&self.queue, &self.running, self.limits.cap)?;
+        let job = self.queue[t].pop_front()?;
+        self.running[t] += 1;
+        self.counter[t] += self.cost[job as usize] / self.weight[t];
+        Some((t as TenantId, job))
     }
 }

@@ -54,6 +54,11 @@ impl Vtc {
         self.counter[tenant as usize]
     }
 
+    /// Let tenants at their cap borrow idle workers, oldest job first.
+    pub fn lend(&mut self) {
+        self.tenants.lend();
+    }
+
     fn key(&self, tenant: TenantId) -> Key {
         (self.counter[tenant as usize].max(0.0).to_bits(), tenant)
     }
@@ -99,5 +104,17 @@ impl Scheduler for Vtc {
 
     fn queued(&self) -> usize {
         self.tenants.queued()
+    }
+
+    fn take_over_cap(&mut self) -> Option<(TenantId, JobId)> {
+        let capped_tenant = self.tenants.oldest_capped()?;
+        self.backlogged.remove(&self.key(capped_tenant));
+        let (tenant, job) = self.tenants.take_over()?;
+        let t = tenant as usize;
+        self.counter[t] += self.cost[job as usize] / self.weight[t];
+        if self.tenants.waiting(tenant) > 0 {
+            self.backlogged.insert(self.key(tenant));
+        }
+        Some((tenant, job))
     }
 }

@@ -47,7 +47,7 @@ fn each_bad_scenario_gets_its_message() {
         ),
         (
             edit("limit = 100", "limt = 100"),
-            "strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`, `cost`, `cost_in`, `cost_out`, `weighted`",
+            "strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`, `cost`, `cost_in`, `cost_out`, `reserve`, `weighted`",
         ),
         (
             edit("workers = 20", "workers = \"20\""),
@@ -357,6 +357,7 @@ fn scenarios() -> impl Strategy<Value = Scenario> {
                         cost_in: None,
                         cost_out: None,
                         weighted: None,
+                        reserve: None,
                     })
                     .collect();
                 s

@@ -9,6 +9,8 @@ use proptest::prelude::*;
 enum Op {
     Push(u32),
     Take,
+    /// Start a job over the cap (lending on).
+    TakeOver,
     /// Finish the running job at this index (mod the number running).
     Finish(usize),
 }
@@ -18,6 +20,7 @@ fn ops(tenants: u32) -> impl Strategy<Value = Vec<Op>> {
         prop_oneof![
             3 => (0..tenants).prop_map(Op::Push),
             2 => Just(Op::Take),
+            1 => Just(Op::TakeOver),
             2 => any::<usize>().prop_map(Op::Finish),
         ],
         0..400,
@@ -38,6 +41,24 @@ fn same_answers(
     mut naive: impl Scheduler,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
+    replay(&mut fast, &mut naive, ops, false)
+}
+
+/// The same with lending on: `take_over_cap` compared too.
+fn same_answers_lending(
+    mut fast: impl Scheduler,
+    mut naive: impl Scheduler,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    replay(&mut fast, &mut naive, ops, true)
+}
+
+fn replay(
+    fast: &mut impl Scheduler,
+    naive: &mut impl Scheduler,
+    ops: &[Op],
+    lending: bool,
+) -> Result<(), TestCaseError> {
     let mut running: Vec<u32> = Vec::new();
     let mut next_job = 0u32;
     for op in ops {
@@ -51,6 +72,15 @@ fn same_answers(
             Op::Take => {
                 let a = fast.take();
                 prop_assert_eq!(a, naive.take());
+                if let Some((t, _)) = a {
+                    running.push(t);
+                }
+            }
+            // Without lending the fast disciplines never start over the cap.
+            Op::TakeOver if !lending => prop_assert_eq!(fast.take_over_cap(), None),
+            Op::TakeOver => {
+                let a = fast.take_over_cap();
+                prop_assert_eq!(a, naive.take_over_cap());
                 if let Some((t, _)) = a {
                     running.push(t);
                 }
@@ -91,6 +121,21 @@ proptest! {
     #[test]
     fn fair_matches_its_naive_scan((tenants, ops) in (1u32..12).prop_flat_map(|t| (Just(t), ops(t))), limits in limits()) {
         same_answers(Fair::new(tenants as usize, limits), NaiveFair::new(tenants as usize, limits), &ops)?;
+    }
+
+    #[test]
+    fn lending_matches_the_naive_scans((tenants, ops) in (1u32..12).prop_flat_map(|t| (Just(t), ops(t))), limits in limits()) {
+        let mut fair = Fair::new(tenants as usize, limits);
+        fair.lend();
+        same_answers_lending(fair, NaiveFair::new(tenants as usize, limits), &ops)?;
+        let mut fifo = Fifo::new(tenants as usize, limits);
+        fifo.lend();
+        same_answers_lending(fifo, NaiveFifo::new(tenants as usize, limits), &ops)?;
+        let w = vec![1.0; tenants as usize];
+        let c: Vec<f64> = (0..400).map(|i| f64::from(i % 7 + 1)).collect();
+        let mut vtc = Vtc::new(tenants as usize, limits, w.clone(), c.clone());
+        vtc.lend();
+        same_answers_lending(vtc, NaiveVtc::new(tenants as usize, limits, w, c), &ops)?;
     }
 
     #[test]

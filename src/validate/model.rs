@@ -208,6 +208,7 @@ fn definition(scenario: &Scenario, s: &StrategyResults) -> Strategy {
             cost_in: None,
             cost_out: None,
             weighted: None,
+            reserve: s.queue.reserve,
         })
 }
 
