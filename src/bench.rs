@@ -10,8 +10,8 @@
 
 use std::path::Path;
 
-use noisylab::sched::naive::{NaiveFair, NaiveFifo};
-use noisylab::sched::{Fair, Fifo, Limits, Scheduler};
+use noisylab::sched::naive::{NaiveFair, NaiveFifo, NaiveVtc};
+use noisylab::sched::{Fair, Fifo, Limits, Scheduler, Vtc};
 use rand::{RngExt, SeedableRng};
 
 const TENANTS: &[usize] = &[10, 1_000, 100_000, 1_000_000];
@@ -31,7 +31,15 @@ struct Loaded<S> {
     at: usize,
 }
 
+/// Job ids a `vtc` bench reuses after the preloaded ones, so its cost table
+/// (one entry a job id) stays small however many operations divan runs.
+const VTC_SPAN: u32 = 4096;
+
 fn loaded<S: Scheduler>(make: fn(usize, Limits) -> S, tenants: usize) -> Loaded<S> {
+    loaded_with(make, tenants)
+}
+
+fn loaded_with<S: Scheduler>(make: impl Fn(usize, Limits) -> S, tenants: usize) -> Loaded<S> {
     let mut sched = make(tenants, LIMITS);
     let mut job = 0;
     for round in 0..2 {
@@ -62,6 +70,18 @@ impl<S: Scheduler> Loaded<S> {
         let (got, _) = self.sched.take().expect("the finished tenant is ready");
         debug_assert_eq!(got, t);
         self.sched.push(t, self.next_job).unwrap();
+        self.next_job += 1;
+    }
+
+    /// The same, with job ids cycling through `base .. base + VTC_SPAN`.
+    #[inline]
+    fn op_cycling(&mut self, base: u32) {
+        let t = self.order[self.at];
+        self.at = (self.at + 1) & 4095;
+        self.sched.finished(t);
+        let (got, _) = self.sched.take().expect("the finished tenant is ready");
+        debug_assert_eq!(got, t);
+        self.sched.push(t, base + self.next_job % VTC_SPAN).unwrap();
         self.next_job += 1;
     }
 }
@@ -102,6 +122,37 @@ mod fair {
                 at: 0,
             },
         );
+    }
+}
+
+mod vtc {
+    use super::*;
+
+    fn costs(tenants: usize) -> Vec<f64> {
+        vec![1.0; 2 * tenants + VTC_SPAN as usize]
+    }
+
+    #[divan::bench(args = TENANTS)]
+    fn ours(b: divan::Bencher, tenants: usize) {
+        let make = |n, limits| Vtc::new(n, limits, vec![1.0; n], costs(n));
+        let mut state = loaded_with(make, tenants);
+        state.next_job = 0;
+        let base = 2 * tenants as u32;
+        b.bench_local(|| state.op_cycling(base));
+    }
+
+    #[divan::bench(args = TENANTS, sample_count = 20)]
+    fn naive(b: divan::Bencher, tenants: usize) {
+        // Loading by pushes and takes would cost tenants² scans.
+        let sched = NaiveVtc::one_running_one_waiting(tenants, LIMITS, costs(tenants));
+        let mut state = Loaded {
+            sched,
+            order: order(tenants),
+            next_job: 0,
+            at: 0,
+        };
+        let base = 2 * tenants as u32;
+        b.bench_local(|| state.op_cycling(base));
     }
 }
 

@@ -198,6 +198,21 @@ impl NaiveVtc {
     }
 }
 
+impl NaiveVtc {
+    /// Every tenant with one job running (counter 1) and one waiting, as the
+    /// benchmark's loading leaves them, built directly (loading by pushes and
+    /// takes would cost tenants² scans).
+    pub fn one_running_one_waiting(tenants: usize, limits: Limits, cost: Vec<f64>) -> NaiveVtc {
+        let mut s = NaiveVtc::new(tenants, limits, vec![1.0; tenants], cost);
+        for t in 0..tenants {
+            s.queue[t].push_back((tenants + t) as JobId);
+            s.running[t] = 1;
+            s.counter[t] = 1.0;
+        }
+        s
+    }
+}
+
 impl Scheduler for NaiveVtc {
     fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected> {
         let t = tenant as usize;
