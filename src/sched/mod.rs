@@ -2,9 +2,12 @@
 //!
 //! A scheduler owns the waiting jobs and each tenant's in-flight count, so it
 //! can enforce a per-tenant `cap` (most jobs running at once) and `limit` (most
-//! jobs waiting) without the engine's help. Every operation is O(1) (`fair`) or
-//! O(log tenants) (`fifo`), never a scan over tenants or queued jobs; the scans
-//! live in [`naive`], as the baselines the tests and benchmarks compare with.
+//! jobs waiting) without the engine's help, and, with lending on, start a job
+//! of a tenant at its cap when the engine says enough workers are idle
+//! ([`Scheduler::take_over_cap`]). Every operation is O(1) (`fair`) or
+//! O(log tenants) (`fifo`, `vtc`, lending), never a scan over tenants or
+//! queued jobs; the scans live in [`naive`], as the baselines the tests and
+//! benchmarks compare with.
 
 mod fair;
 mod fifo;
