@@ -110,6 +110,7 @@ async fn measure_dispatch(jobs: u32) -> Percentiles {
         traffic_ns: u64::from(jobs) * 1_000_000,
         model_overshoot_ns: 0,
         reserve: None,
+        by_key: false,
     };
     let plan: Vec<JobRecord> = (0..u64::from(jobs))
         .map(|i| JobRecord::planned(0, (i + 1) * 1_000_000, 100_000))

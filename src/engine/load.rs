@@ -103,8 +103,28 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<JobRecord> {
             jobs.push(JobRecord::planned(tenant, at, duration).with_tokens(tokens_in, tokens_out));
         }
     }
+    spread_over_keys(scenario, &mut jobs);
     jobs.sort_by_key(|j| j.planned);
     jobs
+}
+
+/// A tenant of several API keys sends its jobs with each key in turn, in
+/// the order it generates them (arrival order).
+fn spread_over_keys(scenario: &Scenario, jobs: &mut [JobRecord]) {
+    let population = scenario.population();
+    if population.keys() == population.tenants() {
+        return;
+    }
+    let mut sent = vec![0u32; population.tenants()];
+    for j in jobs.iter_mut() {
+        let t = j.tenant as usize;
+        let (first, keys) = (
+            population.key_first[t],
+            population.key_first[t + 1] - population.key_first[t],
+        );
+        j.key = first + sent[t] % keys;
+        sent[t] += 1;
+    }
 }
 
 /// A group's jobs: per tenant, periodic (random phase) or Poisson arrivals

@@ -42,6 +42,10 @@ pub struct JobRecord {
     /// How long the job holds its worker.
     pub duration: Nanos,
     pub tenant: TenantId,
+    /// The API key the tenant sent it with, numbered across all tenants
+    /// (a tenant's first key is numbered as it would be without keys when
+    /// no tenant splits itself).
+    pub key: u32,
     pub tokens_in: u32,
     pub tokens_out: u32,
 }
@@ -55,9 +59,21 @@ impl JobRecord {
             finished: NEVER,
             duration,
             tenant,
+            key: tenant,
             tokens_in: 0,
             tokens_out: 0,
         }
+    }
+
+    /// The identity the scheduler queues the job under.
+    #[inline]
+    pub fn queue(&self, by_key: bool) -> TenantId {
+        if by_key { self.key } else { self.tenant }
+    }
+
+    pub fn with_key(mut self, key: u32) -> JobRecord {
+        self.key = key;
+        self
     }
 
     pub fn with_tokens(mut self, tokens_in: u32, tokens_out: u32) -> JobRecord {
@@ -88,6 +104,9 @@ pub struct Pool {
     /// With lending: a tenant at its cap may start a job while more than
     /// this many workers are idle.
     pub reserve: Option<u32>,
+    /// The scheduler sees API keys (`true`) rather than tenants: its caps,
+    /// limits and turns are per key.
+    pub by_key: bool,
 }
 
 /// Busy workers by tenant class and jobs waiting, at one instant.
@@ -222,9 +241,9 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         self.occupancy.advance(now, self.idle);
         let job = &mut self.jobs[id as usize];
         job.finished = now;
-        let tenant = job.tenant;
+        let (tenant, queue) = (job.tenant, job.queue(self.pool.by_key));
         self.occupancy.finished(self.is_burst(tenant));
-        self.sched.finished(tenant);
+        self.sched.finished(queue);
         self.idle += 1;
         self.dispatch();
     }
@@ -236,8 +255,8 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         let job = &mut self.jobs[id];
         // Read the clock again: the wait starts here, at the push.
         job.enqueued = self.clock.now();
-        let tenant = job.tenant;
-        match self.sched.push(tenant, id as JobId) {
+        let (tenant, queue) = (job.tenant, job.queue(self.pool.by_key));
+        match self.sched.push(queue, id as JobId) {
             Ok(()) => {
                 self.occupancy.queued += 1;
                 self.dispatch();
@@ -264,9 +283,10 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 None if lend => self.sched.take_over_cap(),
                 next => next,
             };
-            let Some((tenant, id)) = next else {
+            let Some((_, id)) = next else {
                 break;
             };
+            let tenant = self.jobs[id as usize].tenant;
             let started = self.clock.now();
             self.jobs[id as usize].started = started;
             let hold = self.jobs[id as usize].duration + self.clock.model_overshoot(self.pool);

@@ -61,7 +61,15 @@ pub fn pool_for(scenario: &Scenario, strategy: &Strategy) -> Pool {
         traffic_ns: load::secs_to_ns(scenario.traffic_s),
         model_overshoot_ns: 0,
         reserve: strategy.reserve,
+        by_key: by_key(&population, strategy),
     }
+}
+
+/// Whether the strategy's scheduler sees API keys rather than tenants: where
+/// some tenant splits itself and the strategy counts keys.
+fn by_key(population: &crate::scenario::Population, strategy: &Strategy) -> bool {
+    population.keys() != population.tenants()
+        && strategy.fair_by != Some(crate::scenario::FairBy::Tenant)
 }
 
 /// Run one strategy once on the virtual clock. Deterministic for a seed.
@@ -104,11 +112,19 @@ pub fn run_virtual_plan(
 /// this run's jobs (their costs, by id).
 pub fn scheduler(scenario: &Scenario, strategy: &Strategy, plan: &[JobRecord]) -> AnyScheduler {
     let population = scenario.population();
-    let weights = if strategy.uses_weights() {
+    let mut weights = if strategy.uses_weights() {
         population.weights()
     } else {
         vec![1.0; population.tenants()]
     };
+    if by_key(&population, strategy) {
+        // Every key of a tenant carries the tenant's weight.
+        weights = population
+            .key_owner()
+            .iter()
+            .map(|&t| weights[t as usize])
+            .collect();
+    }
     AnyScheduler::new(strategy, weights, || {
         plan.iter()
             .map(|j| strategy.job_cost(j.duration, j.tokens_in, j.tokens_out))

@@ -124,6 +124,12 @@ impl Scenario {
                 ),
             );
         }
+        if g.keys == Some(0) {
+            return fail(
+                &format!("{key}.keys"),
+                "must be at least 1 (leave it out for one), found 0".into(),
+            );
+        }
         if !(g.weight.is_finite() && g.weight > 0.0) {
             return fail(
                 &format!("{key}.weight"),
@@ -248,6 +254,12 @@ impl Scenario {
                 return fail(
                     &format!("burst[{i}].jobs"),
                     "must be at least 1, found 0".into(),
+                );
+            }
+            if b.keys == Some(0) {
+                return fail(
+                    &format!("burst[{i}].keys"),
+                    "must be at least 1 (leave it out for one), found 0".into(),
                 );
             }
             check_dist_opt(&format!("burst[{i}].job_ms"), &b.job_ms, true)?;

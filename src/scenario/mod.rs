@@ -100,6 +100,9 @@ pub struct Group {
     /// The group's share for weighted strategies (default 1).
     #[serde(default = "default_weight")]
     pub weight: f64,
+    /// API keys each tenant spreads its jobs over, in turn (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -125,6 +128,21 @@ pub struct Burst {
     pub tokens_in: Option<Dist>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_out: Option<Dist>,
+    /// API keys the tenant spreads its jobs over, in turn (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<u32>,
+}
+
+/// What a queue's turns, caps and limits count: API keys or tenants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FairBy {
+    /// Each API key is a queue of its own (what a gateway sees).
+    #[default]
+    Key,
+    /// Two-level: tenants in rotation (and capped) as one, their keys'
+    /// jobs within a tenant in arrival order.
+    Tenant,
 }
 
 /// One queue discipline to measure.
@@ -153,6 +171,10 @@ pub struct Strategy {
     /// `reserve` ready for the neighbours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<u32>,
+    /// What turns, caps and limits count where tenants split themselves
+    /// over several keys (default `key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_by: Option<FairBy>,
     /// `false`: a `vtc` queue that ignores the groups' weights (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weighted: Option<bool>,
@@ -379,6 +401,7 @@ impl Scenario {
             tokens_in: None,
             tokens_out: None,
             weight: 1.0,
+            keys: None,
         });
         normal.chain(self.tenants.iter().cloned()).collect()
     }

@@ -36,6 +36,9 @@ pub struct Population {
     pub non_burst: u32,
     /// Each tenant's class index.
     pub class_of: Vec<u16>,
+    /// Each tenant's first API key, numbered across tenants (a tenant of
+    /// `k` keys owns `first..first + k`); the last entry is the total.
+    pub key_first: Vec<u32>,
 }
 
 impl Population {
@@ -103,15 +106,34 @@ impl Population {
         for (i, c) in classes.iter().enumerate() {
             class_of.extend(std::iter::repeat_n(i as u16, c.count as usize));
         }
+        let key_first = key_numbers(scenario, &class_of);
         Population {
             classes,
             non_burst,
             class_of,
+            key_first,
         }
     }
 
     pub fn tenants(&self) -> usize {
         self.class_of.len()
+    }
+
+    /// API keys, all tenants together.
+    pub fn keys(&self) -> usize {
+        self.key_first.last().copied().unwrap_or(0) as usize
+    }
+
+    /// The tenant each key belongs to, by key.
+    pub fn key_owner(&self) -> Vec<u32> {
+        (0..self.tenants())
+            .flat_map(|t| {
+                std::iter::repeat_n(
+                    t as u32,
+                    (self.key_first[t + 1] - self.key_first[t]) as usize,
+                )
+            })
+            .collect()
     }
 
     /// The class of a tenant.
@@ -148,6 +170,33 @@ impl Population {
             .map(|&c| self.classes[c as usize].weight)
             .collect()
     }
+}
+
+/// Each tenant's first API key, numbered across tenants, and the total last:
+/// a group's tenants and a burst's tenant may split themselves over keys.
+fn key_numbers(scenario: &Scenario, class_of: &[u16]) -> Vec<u32> {
+    let mut keys_per_class: Vec<u32> = scenario
+        .groups()
+        .iter()
+        .map(|g| g.keys.unwrap_or(1))
+        .collect();
+    keys_per_class.extend(scenario.trace.iter().map(|_| 1));
+    for name in scenario.burst_tenants() {
+        let b = scenario
+            .burst
+            .iter()
+            .find(|b| b.tenant == name)
+            .expect("a burst of it");
+        keys_per_class.push(b.keys.unwrap_or(1));
+    }
+    let mut key_first = Vec::with_capacity(class_of.len() + 1);
+    let mut next = 0u32;
+    for &c in class_of {
+        key_first.push(next);
+        next += keys_per_class[c as usize];
+    }
+    key_first.push(next);
+    key_first
 }
 
 /// The mean duration of a trace's replayed jobs, in milliseconds.

@@ -49,7 +49,7 @@ fn bad_scenarios_get_one_line_naming_file_and_key() {
         ),
         (
             variant(d, "limt.toml", "limit = 100", "limt = 100"),
-            "limt.toml:44:1: strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`, `cost`, `cost_in`, `cost_out`, `reserve`, `weighted`".into(),
+            "limt.toml:44:1: strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`, `cost`, `cost_in`, `cost_out`, `reserve`, `fair_by`, `weighted`".into(),
         ),
         (
             variant(d, "syntax.toml", "workers = 20", "workers = [20"),

@@ -192,3 +192,43 @@ fn a_lending_cap_leaves_no_more_than_its_reserve_idle_while_work_waits() {
     assert!(lend < hard / 3.0 && lend > fair, "{hard} {lend} {fair}");
     assert!(m(1).idle_workers_while_waiting <= 4.0);
 }
+
+#[test]
+fn a_tenant_split_over_keys_is_held_to_one_share_only_when_counted_by_tenant() {
+    let s = Scenario::load(Path::new("lab/sybil.toml")).unwrap();
+    // Its 2,000 jobs go out over its 50 keys in turn: 40 a key.
+    let plan = noisylab::engine::load::plan(&s, s.seed);
+    let mut per_key = std::collections::BTreeMap::new();
+    for j in plan.iter().filter(|j| j.tenant == 20) {
+        *per_key.entry(j.key).or_insert(0) += 1;
+    }
+    assert_eq!(per_key.len(), 50);
+    assert!(per_key.values().all(|&n| n == 40));
+    let r = lab::virtual_lab(s.clone());
+    let m = |name: &str| &r.strategies.iter().find(|x| x.name == name).unwrap().median;
+    // Per key, a cap of 4 allows 200 workers and the rotation gives the
+    // tenant 50 turns a round: the neighbours wait seconds.
+    for name in ["Fair queue, cap 4 per key", "Fair queue over keys"] {
+        assert!(
+            m(name).normal_wait_ms.p95 > 1000.0,
+            "{name}: {:?}",
+            m(name).normal_wait_ms
+        );
+    }
+    // By tenant it is one tenant again: milliseconds, and the cap's 500
+    // rounds of 100 ms.
+    assert!(m("Fair queue over tenants").normal_wait_ms.p95 < 100.0);
+    let capped = m("Fair queue over tenants, cap 4");
+    assert!(capped.normal_wait_ms.p95 < 50.0);
+    assert!(
+        (50.0..50.5).contains(&capped.noisy_done_s.unwrap()),
+        "{:?}",
+        capped.noisy_done_s
+    );
+    // With one key, counting by key or by tenant is the same run.
+    let mut one = s;
+    one.burst[0].keys = None;
+    let (a, _) = lab::run_virtual(&one, &one.strategy[0], one.seed);
+    let (b, _) = lab::run_virtual(&one, &one.strategy[3], one.seed);
+    assert_eq!(a, b);
+}

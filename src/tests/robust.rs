@@ -47,7 +47,7 @@ fn each_bad_scenario_gets_its_message() {
         ),
         (
             edit("limit = 100", "limt = 100"),
-            "strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`, `cost`, `cost_in`, `cost_out`, `reserve`, `weighted`",
+            "strategy[4].limt: unknown key `limt`; allowed keys: `name`, `queue`, `cap`, `limit`, `cost`, `cost_in`, `cost_out`, `reserve`, `fair_by`, `weighted`",
         ),
         (
             edit("workers = 20", "workers = \"20\""),
@@ -343,6 +343,7 @@ fn scenarios() -> impl Strategy<Value = Scenario> {
                         job_ms: None,
                         tokens_in: None,
                         tokens_out: None,
+                        keys: None,
                     })
                     .collect();
                 s.strategy = strategies
@@ -358,6 +359,7 @@ fn scenarios() -> impl Strategy<Value = Scenario> {
                         cost_out: None,
                         weighted: None,
                         reserve: None,
+                        fair_by: None,
                     })
                     .collect();
                 s

@@ -209,6 +209,7 @@ fn definition(scenario: &Scenario, s: &StrategyResults) -> Strategy {
             cost_out: None,
             weighted: None,
             reserve: s.queue.reserve,
+            fair_by: None,
         })
 }
 
