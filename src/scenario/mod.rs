@@ -379,13 +379,22 @@ impl Scenario {
 
     /// Distinct bursting tenants, in order of first appearance.
     pub fn burst_tenants(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = Vec::new();
+        self.first_bursts()
+            .iter()
+            .map(|b| b.tenant.as_str())
+            .collect()
+    }
+
+    /// Each bursting tenant's first burst, in order of first appearance: its
+    /// keys, and its sizes for the retry-after hint, are the tenant's.
+    pub fn first_bursts(&self) -> Vec<&Burst> {
+        let mut out: Vec<&Burst> = Vec::new();
         for b in &self.burst {
-            if !names.contains(&b.tenant.as_str()) {
-                names.push(&b.tenant);
+            if !out.iter().any(|o| o.tenant == b.tenant) {
+                out.push(b);
             }
         }
-        names
+        out
     }
 
     /// Every tenant group, `[normal]` first (as the group `normal`).

@@ -93,14 +93,17 @@ impl Population {
             );
         }
         let non_burst: u32 = classes.iter().map(|c| c.count).sum();
-        for name in scenario.burst_tenants() {
-            let b = scenario
-                .burst
-                .iter()
-                .find(|b| b.tenant == name)
-                .expect("a burst of it");
+        for b in scenario.first_bursts() {
             let m = mean(b.job_ms.as_ref(), b.tokens_out.as_ref());
-            add(&mut classes, name, ClassKind::Burst, 1, 1.0, m, Vec::new());
+            add(
+                &mut classes,
+                &b.tenant,
+                ClassKind::Burst,
+                1,
+                1.0,
+                m,
+                Vec::new(),
+            );
         }
         let mut class_of = Vec::new();
         for (i, c) in classes.iter().enumerate() {
@@ -181,14 +184,7 @@ fn key_numbers(scenario: &Scenario, class_of: &[u16]) -> Vec<u32> {
         .map(|g| g.keys.unwrap_or(1))
         .collect();
     keys_per_class.extend(scenario.trace.iter().map(|_| 1));
-    for name in scenario.burst_tenants() {
-        let b = scenario
-            .burst
-            .iter()
-            .find(|b| b.tenant == name)
-            .expect("a burst of it");
-        keys_per_class.push(b.keys.unwrap_or(1));
-    }
+    keys_per_class.extend(scenario.first_bursts().iter().map(|b| b.keys.unwrap_or(1)));
     let mut key_first = Vec::with_capacity(class_of.len() + 1);
     let mut next = 0u32;
     for &c in class_of {
