@@ -32,7 +32,21 @@ struct Sizes<'a> {
     tokens_out: Option<&'a Dist>,
 }
 
-impl Sizes<'_> {
+impl<'a> Sizes<'a> {
+    /// A source's sizes, the scenario's where the source sets none.
+    fn or_scenario(
+        scenario: &'a Scenario,
+        job_ms: Option<&'a Dist>,
+        tokens_in: Option<&'a Dist>,
+        tokens_out: Option<&'a Dist>,
+    ) -> Sizes<'a> {
+        Sizes {
+            job_ms: job_ms.unwrap_or(&scenario.job_ms),
+            tokens_in: tokens_in.or(scenario.tokens_in.as_ref()),
+            tokens_out: tokens_out.or(scenario.tokens_out.as_ref()),
+        }
+    }
+
     /// Tokens, then the duration (which may depend on the output tokens).
     fn draw<R: Rng + ?Sized>(&self, rng: &mut R) -> (Nanos, u32, u32) {
         let tokens = |d: Option<&Dist>, rng: &mut R| {
@@ -72,11 +86,12 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<JobRecord> {
     let mut jobs = Vec::with_capacity(scenario.jobs_per_run() as usize);
     let mut first: TenantId = 0;
     for g in scenario.groups() {
-        let sizes = Sizes {
-            job_ms: g.job_ms.as_ref().unwrap_or(&scenario.job_ms),
-            tokens_in: g.tokens_in.as_ref().or(scenario.tokens_in.as_ref()),
-            tokens_out: g.tokens_out.as_ref().or(scenario.tokens_out.as_ref()),
-        };
+        let sizes = Sizes::or_scenario(
+            scenario,
+            g.job_ms.as_ref(),
+            g.tokens_in.as_ref(),
+            g.tokens_out.as_ref(),
+        );
         group_jobs(&g, first, scenario.traffic_s, sizes, &mut rng, &mut jobs);
         first += g.count;
     }
@@ -93,11 +108,12 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<JobRecord> {
         let index = names.iter().position(|n| *n == burst.tenant).unwrap_or(0);
         let tenant = first + index as TenantId;
         let at = secs_to_ns(burst.at_s);
-        let sizes = Sizes {
-            job_ms: burst.job_ms.as_ref().unwrap_or(&scenario.job_ms),
-            tokens_in: burst.tokens_in.as_ref().or(scenario.tokens_in.as_ref()),
-            tokens_out: burst.tokens_out.as_ref().or(scenario.tokens_out.as_ref()),
-        };
+        let sizes = Sizes::or_scenario(
+            scenario,
+            burst.job_ms.as_ref(),
+            burst.tokens_in.as_ref(),
+            burst.tokens_out.as_ref(),
+        );
         for _ in 0..burst.jobs {
             let (duration, tokens_in, tokens_out) = sizes.draw(&mut rng.sizes);
             jobs.push(JobRecord::planned(tenant, at, duration).with_tokens(tokens_in, tokens_out));

@@ -286,10 +286,13 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
             let Some((_, id)) = next else {
                 break;
             };
-            let tenant = self.jobs[id as usize].tenant;
             let started = self.clock.now();
-            self.jobs[id as usize].started = started;
-            let hold = self.jobs[id as usize].duration + self.clock.model_overshoot(self.pool);
+            let job = &mut self.jobs[id as usize];
+            job.started = started;
+            let (tenant, hold) = (
+                job.tenant,
+                job.duration + self.clock.model_overshoot(self.pool),
+            );
             self.running
                 .push(Reverse((started.saturating_add(hold), id)));
             self.idle -= 1;

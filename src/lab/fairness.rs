@@ -42,11 +42,7 @@ pub fn measure(
 ) -> (Vec<f64>, Fairness) {
     let tenants = population.tenants();
     // Service is judged against the weights the strategy was given.
-    let weights = if strategy.uses_weights() {
-        population.weights()
-    } else {
-        vec![1.0; tenants]
-    };
+    let weights = population.weights_for(strategy);
     let window = window_ns(jobs);
     let covered = covered_windows(tenants, jobs, window);
     let mut total = vec![0.0; tenants];

@@ -100,11 +100,10 @@ pub fn run_virtual_plan(
     strategy: &Strategy,
     plan: Vec<JobRecord>,
 ) -> (Vec<JobRecord>, RunStats) {
-    let pool = pool.clone();
     let mut sched = scheduler(scenario, strategy, &plan);
     let never = AtomicBool::new(false);
     let mut clock = VirtualClock::new();
-    let fut = engine::run(&mut clock, &pool, &mut sched, plan, &never);
+    let fut = engine::run(&mut clock, pool, &mut sched, plan, &never);
     block_on_ready(fut).expect("a virtual run is never interrupted")
 }
 
@@ -112,11 +111,7 @@ pub fn run_virtual_plan(
 /// this run's jobs (their costs, by id).
 pub fn scheduler(scenario: &Scenario, strategy: &Strategy, plan: &[JobRecord]) -> AnyScheduler {
     let population = scenario.population();
-    let mut weights = if strategy.uses_weights() {
-        population.weights()
-    } else {
-        vec![1.0; population.tenants()]
-    };
+    let mut weights = population.weights_for(strategy);
     if by_key(&population, strategy) {
         // Every key of a tenant carries the tenant's weight.
         weights = population

@@ -145,11 +145,6 @@ impl Dist {
             } => base + per_out_token * f64::from(out_tokens),
         }
     }
-
-    /// Whether a draw needs the job's output tokens.
-    pub fn uses_tokens(&self) -> bool {
-        matches!(self, Dist::Tokens { .. })
-    }
 }
 
 impl fmt::Display for Dist {

@@ -166,6 +166,16 @@ impl Population {
             .collect()
     }
 
+    /// Each tenant's weight as a strategy sees it: the groups' weights for a
+    /// weighted `vtc`, 1 for the rest.
+    pub fn weights_for(&self, strategy: &super::Strategy) -> Vec<f64> {
+        if strategy.uses_weights() {
+            self.weights()
+        } else {
+            vec![1.0; self.tenants()]
+        }
+    }
+
     /// Each tenant's weight.
     pub fn weights(&self) -> Vec<f64> {
         self.class_of

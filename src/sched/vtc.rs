@@ -49,11 +49,6 @@ impl Vtc {
         }
     }
 
-    /// A tenant's counter (cost units ÷ weight).
-    pub fn counter(&self, tenant: TenantId) -> f64 {
-        self.counter[tenant as usize]
-    }
-
     /// Let tenants at their cap borrow idle workers, oldest job first.
     pub fn lend(&mut self) {
         self.tenants.lend();

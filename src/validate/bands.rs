@@ -24,12 +24,6 @@ pub struct Band {
     pub p95: f64,
 }
 
-impl Band {
-    pub fn contains(&self, v: f64) -> bool {
-        v >= self.p5 && v <= self.p95
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StrategyBands {
     pub name: String,
