@@ -208,3 +208,53 @@ fn virtual_lab(b: divan::Bencher, name: &str) {
     let progress = noisylab::output::progress::Progress::hidden();
     b.bench_local(|| divan::black_box(noisylab::lab::run(&plan, &never, &progress).unwrap()));
 }
+
+/// The article lab with every discipline of the fairness issue beside the
+/// post's five (vtc by jobs and by time, the cap that lends, on fifo, fair
+/// and vtc), 3 runs each, summaries included.
+#[divan::bench(sample_count = 10)]
+fn virtual_article_every_discipline(b: divan::Bencher) {
+    let extra = r#"
+[[strategy]]
+name = "VTC, jobs"
+queue = "vtc"
+
+[[strategy]]
+name = "VTC, time"
+queue = "vtc"
+cost = "time"
+
+[[strategy]]
+name = "FIFO, cap 4 lending all but 4"
+queue = "fifo"
+cap = 4
+reserve = 4
+
+[[strategy]]
+name = "Fair queue, cap 4 lending all but 4"
+queue = "fair"
+cap = 4
+reserve = 4
+
+[[strategy]]
+name = "VTC, cap 4 lending all but 4"
+queue = "vtc"
+cap = 4
+reserve = 4
+"#;
+    let text = format!(
+        "{}{extra}",
+        noisylab::scenario::built_in_text("article").unwrap()
+    );
+    let scenario = noisylab::scenario::Scenario::parse(Path::new("article+"), &text).unwrap();
+    assert_eq!(scenario.strategy.len(), 10);
+    let plan = noisylab::lab::LabPlan {
+        scenario,
+        clock: noisylab::results::ClockKind::Virtual,
+        timer: Default::default(),
+        keep_raw: false,
+    };
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let progress = noisylab::output::progress::Progress::hidden();
+    b.bench_local(|| divan::black_box(noisylab::lab::run(&plan, &never, &progress).unwrap()));
+}

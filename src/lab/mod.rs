@@ -120,11 +120,22 @@ pub fn scheduler(scenario: &Scenario, strategy: &Strategy, plan: &[JobRecord]) -
             .map(|&t| weights[t as usize])
             .collect();
     }
-    AnyScheduler::new(strategy, weights, || {
+    let mut sched = AnyScheduler::new(strategy, weights, || {
         plan.iter()
             .map(|j| strategy.job_cost(j.duration, j.tokens_in, j.tokens_out))
             .collect()
-    })
+    });
+    if turns_keys(&population, strategy) {
+        sched.turn_keys(plan.iter().map(|j| j.key).collect());
+    }
+    sched
+}
+
+/// Whether the strategy is two-level: it counts tenants while some tenant
+/// splits itself over keys, so within a tenant the keys take turns.
+fn turns_keys(population: &crate::scenario::Population, strategy: &Strategy) -> bool {
+    population.keys() != population.tenants()
+        && strategy.fair_by == Some(crate::scenario::FairBy::Tenant)
 }
 
 /// What a real-clock lab measures around its runs, and the runtime they use.

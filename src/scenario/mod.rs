@@ -140,8 +140,8 @@ pub enum FairBy {
     /// Each API key is a queue of its own (what a gateway sees).
     #[default]
     Key,
-    /// Two-level: tenants in rotation (and capped) as one, their keys'
-    /// jobs within a tenant in arrival order.
+    /// Two-level: tenants take turns (and are capped) as one; within a
+    /// tenant's turn its keys take turns (`fifo`: arrival order).
     Tenant,
 }
 

@@ -39,6 +39,12 @@ impl Fair {
     pub fn lend(&mut self) {
         self.tenants.lend();
     }
+
+    /// Two-level: within a tenant's turn, its API keys in rotation;
+    /// `key_of` gives each job's key by job id.
+    pub fn turn_keys(&mut self, key_of: Vec<u32>) {
+        self.tenants.turn_keys(key_of);
+    }
 }
 
 impl Scheduler for Fair {

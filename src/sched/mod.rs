@@ -76,8 +76,57 @@ impl Limits {
 /// scheduling step touches one cache line of tenant state, not two.
 #[derive(Debug, Default)]
 struct Tenant {
+    /// The waiting jobs in arrival order (empty with key turns, where
+    /// [`KeyTurns`] holds them).
     queue: VecDeque<JobId>,
     running: u32,
+}
+
+/// Two-level fairness (`fair_by = "tenant"`): a tenant's waiting jobs queued
+/// per API key, and the tenant's keys with work served in rotation, one job a
+/// turn; a key that gets work after having none joins the back of its
+/// tenant's rotation. The discipline picks the tenant; this picks its key.
+#[derive(Debug, Default)]
+struct KeyTurns {
+    /// Each job's API key, by job id.
+    key_of: Vec<u32>,
+    /// Each key's waiting jobs, by key.
+    queues: Vec<VecDeque<JobId>>,
+    /// Each tenant's keys with work, the next to serve first.
+    turns: Vec<VecDeque<u32>>,
+    /// Each tenant's waiting jobs, all keys together.
+    waiting: Vec<u32>,
+}
+
+impl KeyTurns {
+    fn push(&mut self, tenant: TenantId, job: JobId) {
+        let key = self.key_of[job as usize] as usize;
+        if key >= self.queues.len() {
+            self.queues.resize_with(key + 1, VecDeque::new);
+        }
+        if self.queues[key].is_empty() {
+            self.turns[tenant as usize].push_back(key as u32);
+        }
+        self.queues[key].push_back(job);
+        self.waiting[tenant as usize] += 1;
+    }
+
+    fn front(&self, tenant: TenantId) -> Option<JobId> {
+        let key = *self.turns[tenant as usize].front()?;
+        self.queues[key as usize].front().copied()
+    }
+
+    fn pop(&mut self, tenant: TenantId) -> Option<JobId> {
+        let turns = &mut self.turns[tenant as usize];
+        let key = turns.pop_front()?;
+        let queue = &mut self.queues[key as usize];
+        let job = queue.pop_front();
+        if !queue.is_empty() {
+            turns.push_back(key);
+        }
+        self.waiting[tenant as usize] -= 1;
+        job
+    }
 }
 
 /// Per-tenant queues and in-flight counts, the state both disciplines share.
@@ -87,8 +136,10 @@ pub(crate) struct Tenants {
     limits: Limits,
     queued: usize,
     /// With lending on: the tenants at their cap with work waiting, by
-    /// their oldest waiting job.
+    /// their next waiting job.
     capped: Option<BTreeSet<(JobId, TenantId)>>,
+    /// With two-level fairness: the jobs by key, the keys in rotation.
+    keys: Option<Box<KeyTurns>>,
 }
 
 impl Tenants {
@@ -98,6 +149,7 @@ impl Tenants {
             limits,
             queued: 0,
             capped: None,
+            keys: None,
         }
     }
 
@@ -106,20 +158,52 @@ impl Tenants {
         self.capped = Some(BTreeSet::new());
     }
 
-    /// The tenant [`Tenants::take_over`] would serve next.
+    /// Serve each tenant's API keys in rotation; `key_of` gives each job's
+    /// key by job id.
+    pub(crate) fn turn_keys(&mut self, key_of: Vec<u32>) {
+        let tenants = self.tenants.len();
+        self.keys = Some(Box::new(KeyTurns {
+            key_of,
+            queues: Vec::new(),
+            turns: (0..tenants).map(|_| VecDeque::new()).collect(),
+            waiting: vec![0; tenants],
+        }));
+    }
+
+    /// The tenant's next job: its oldest, or with key turns the oldest of
+    /// the key whose turn it is.
+    #[inline]
+    fn front(&self, tenant: TenantId) -> Option<JobId> {
+        match &self.keys {
+            None => self.tenants[tenant as usize].queue.front().copied(),
+            Some(k) => k.front(tenant),
+        }
+    }
+
+    #[inline]
+    fn pop(&mut self, tenant: TenantId) -> JobId {
+        let job = match &mut self.keys {
+            None => self.tenants[tenant as usize].queue.pop_front(),
+            Some(k) => k.pop(tenant),
+        };
+        self.queued -= 1;
+        job.expect("a tenant served has a job waiting")
+    }
+
+    /// The tenant at its cap [`Tenants::take_over`] would serve next.
     pub(crate) fn oldest_capped(&self) -> Option<TenantId> {
         self.capped.as_ref()?.first().map(|&(_, t)| t)
     }
 
-    /// Start the oldest waiting job of a tenant at its cap, over the cap.
+    /// Start the next waiting job of a tenant at its cap, over the cap
+    /// (the tenant whose next job is oldest first).
     pub(crate) fn take_over(&mut self) -> Option<(TenantId, JobId)> {
-        let capped = self.capped.as_mut()?;
-        let (job, tenant) = capped.pop_first()?;
-        let t = &mut self.tenants[tenant as usize];
-        t.queue.pop_front();
-        t.running += 1;
-        self.queued -= 1;
-        if let Some(&head) = t.queue.front() {
+        let (_, tenant) = self.capped.as_mut()?.pop_first()?;
+        let job = self.pop(tenant);
+        self.tenants[tenant as usize].running += 1;
+        if let Some(head) = self.front(tenant)
+            && let Some(capped) = &mut self.capped
+        {
             capped.insert((head, tenant));
         }
         Some((tenant, job))
@@ -128,40 +212,43 @@ impl Tenants {
     /// Append a job; `Ok(true)` when this made the tenant ready to be served.
     #[inline]
     pub(crate) fn admit(&mut self, tenant: TenantId, job: JobId) -> Result<bool, Rejected> {
-        let t = &mut self.tenants[tenant as usize];
-        let waiting = t.queue.len() as u32;
+        let waiting = self.waiting(tenant) as u32;
         if waiting >= self.limits.limit {
             return Err(Rejected { waiting });
         }
-        t.queue.push_back(job);
+        match &mut self.keys {
+            None => self.tenants[tenant as usize].queue.push_back(job),
+            Some(k) => k.push(tenant, job),
+        }
         self.queued += 1;
+        let running = self.tenants[tenant as usize].running;
         if let Some(capped) = &mut self.capped
             && waiting == 0
-            && t.running >= self.limits.cap
+            && running >= self.limits.cap
         {
             capped.insert((job, tenant));
         }
-        Ok(waiting == 0 && t.running < self.limits.cap)
+        Ok(waiting == 0 && running < self.limits.cap)
     }
 
-    /// Pop the tenant's oldest job and count it running; also says whether
+    /// Pop the tenant's next job and count it running; also says whether
     /// the tenant is still ready (work left and below its cap).
     #[inline]
     pub(crate) fn start_next(&mut self, tenant: TenantId) -> (JobId, bool) {
-        let t = &mut self.tenants[tenant as usize];
-        let job = t
-            .queue
-            .pop_front()
-            .expect("a ready tenant has a job waiting");
-        self.queued -= 1;
-        t.running += 1;
+        let job = self.pop(tenant);
+        let running = {
+            let t = &mut self.tenants[tenant as usize];
+            t.running += 1;
+            t.running
+        };
+        let head = self.front(tenant);
         if let Some(capped) = &mut self.capped
-            && t.running >= self.limits.cap
-            && let Some(&head) = t.queue.front()
+            && running >= self.limits.cap
+            && let Some(head) = head
         {
             capped.insert((head, tenant));
         }
-        (job, !t.queue.is_empty() && t.running < self.limits.cap)
+        (job, head.is_some() && running < self.limits.cap)
     }
 
     /// Count one job of the tenant finished; `true` when this made it ready.
@@ -170,22 +257,29 @@ impl Tenants {
         let t = &mut self.tenants[tenant as usize];
         let was_capped = t.running == self.limits.cap;
         t.running -= 1;
-        let ready = was_capped && !t.queue.is_empty();
-        if ready && let Some(capped) = &mut self.capped {
-            capped.remove(&(t.queue[0], tenant));
+        let head = if was_capped { self.front(tenant) } else { None };
+        if let Some(head) = head
+            && let Some(capped) = &mut self.capped
+        {
+            capped.remove(&(head, tenant));
         }
-        ready
+        head.is_some()
     }
 
     /// Jobs the tenant has waiting.
     #[inline]
     pub(crate) fn waiting(&self, tenant: TenantId) -> usize {
-        self.tenants[tenant as usize].queue.len()
+        match &self.keys {
+            None => self.tenants[tenant as usize].queue.len(),
+            Some(k) => k.waiting[tenant as usize] as usize,
+        }
     }
 
+    /// The tenant's next job (it must have one waiting).
     #[inline]
     pub(crate) fn head(&self, tenant: TenantId) -> JobId {
-        self.tenants[tenant as usize].queue[0]
+        self.front(tenant)
+            .expect("a ready tenant has a job waiting")
     }
 
     pub(crate) fn queued(&self) -> usize {
@@ -227,6 +321,17 @@ impl AnyScheduler {
             AnyScheduler::Fifo(s) => s.lend(),
             AnyScheduler::Fair(s) => s.lend(),
             AnyScheduler::Vtc(s) => s.lend(),
+        }
+    }
+
+    /// Two-level fairness: within a tenant, its API keys in rotation
+    /// (`key_of`: each job's key by job id). `fifo` keeps arrival order,
+    /// which knows no turns, so it ignores this.
+    pub fn turn_keys(&mut self, key_of: Vec<u32>) {
+        match self {
+            AnyScheduler::Fifo(_) => {}
+            AnyScheduler::Fair(s) => s.turn_keys(key_of),
+            AnyScheduler::Vtc(s) => s.turn_keys(key_of),
         }
     }
 }

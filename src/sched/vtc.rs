@@ -7,9 +7,16 @@
 //! grows by the job's cost ÷ the tenant's weight when the job starts. When a
 //! tenant with nothing waiting gets a job, its counter is lifted to the
 //! lowest counter among the other tenants with work waiting, so an idle
-//! tenant banks no credit. Equal counters go to the lower tenant id, as the
-//! VTC artifact's `min` over its dict of tenants goes to the first to have
-//! appeared. (An oldest-job tie-break was tried and measured worse: a lifted
+//! tenant banks no credit, and when nobody has work waiting, to the counter
+//! of the tenant whose start left the backlog empty. The artifact's
+//! `vtc_req_queue.py` lifts only when others wait; then a tenant that
+//! arrives into an empty backlog keeps a counter far below a heavy tenant
+//! that returns later, and two backlogged counters drift apart by far more
+//! than one job's cost. With the second rule, and no cap, any two
+//! backlogged counters stay within the largest job cost ÷ weight of each
+//! other (a property test checks it at every start). Equal counters go to
+//! the lower tenant id, as the VTC artifact's `min` over its dict of tenants
+//! goes to the first to have appeared. (An oldest-job tie-break was tried and measured worse: a lifted
 //! newcomer ties with the backlogged tenant and loses to its older head job,
 //! p50 33 ms against 13 ms on the article lab.) Push, take and finish are
 //! O(log tenants): two ordered sets keyed by counter.
@@ -33,6 +40,9 @@ pub struct Vtc {
     ready: BTreeSet<Key>,
     /// Tenants with work waiting (ready or at their cap): the lift's floor.
     backlogged: BTreeSet<Key>,
+    /// The counter of the tenant whose start last left nobody backlogged:
+    /// the lift's floor while nobody is.
+    last_left: f64,
 }
 
 impl Vtc {
@@ -46,12 +56,37 @@ impl Vtc {
             cost,
             ready: BTreeSet::new(),
             backlogged: BTreeSet::new(),
+            last_left: 0.0,
         }
     }
 
     /// Let tenants at their cap borrow idle workers, oldest job first.
     pub fn lend(&mut self) {
         self.tenants.lend();
+    }
+
+    /// Two-level: the tenant with the lowest counter, then its API keys in
+    /// rotation; `key_of` gives each job's key by job id.
+    pub fn turn_keys(&mut self, key_of: Vec<u32>) {
+        self.tenants.turn_keys(key_of);
+    }
+
+    /// After `tenant` was served: back into the backlog if it has work
+    /// left, or, the last to leave it, the level the next newcomer is
+    /// lifted to.
+    fn served(&mut self, tenant: TenantId, job: JobId) {
+        let t = tenant as usize;
+        self.counter[t] += self.cost[job as usize] / self.weight[t];
+        if self.tenants.waiting(tenant) > 0 {
+            self.backlogged.insert(self.key(tenant));
+        } else if self.backlogged.is_empty() {
+            self.last_left = self.counter[t];
+        }
+    }
+
+    /// The tenant's counter: its service so far ÷ its weight, lifts included.
+    pub fn counter(&self, tenant: TenantId) -> f64 {
+        self.counter[tenant as usize]
     }
 
     fn key(&self, tenant: TenantId) -> Key {
@@ -65,9 +100,11 @@ impl Scheduler for Vtc {
         let was_idle = self.tenants.waiting(tenant) == 0;
         let now_ready = self.tenants.admit(tenant, job)?;
         if was_idle {
-            if let Some(&(floor, _)) = self.backlogged.first() {
-                self.counter[t] = self.counter[t].max(f64::from_bits(floor));
-            }
+            let floor = match self.backlogged.first() {
+                Some(&(floor, _)) => f64::from_bits(floor),
+                None => self.last_left,
+            };
+            self.counter[t] = self.counter[t].max(floor);
             self.backlogged.insert(self.key(tenant));
         }
         if now_ready {
@@ -78,13 +115,9 @@ impl Scheduler for Vtc {
 
     fn take(&mut self) -> Option<(TenantId, JobId)> {
         let (_, tenant) = self.ready.pop_first()?;
-        let t = tenant as usize;
         self.backlogged.remove(&self.key(tenant));
         let (job, still_ready) = self.tenants.start_next(tenant);
-        self.counter[t] += self.cost[job as usize] / self.weight[t];
-        if self.tenants.waiting(tenant) > 0 {
-            self.backlogged.insert(self.key(tenant));
-        }
+        self.served(tenant, job);
         if still_ready {
             self.ready.insert(self.key(tenant));
         }
@@ -105,11 +138,7 @@ impl Scheduler for Vtc {
         let capped_tenant = self.tenants.oldest_capped()?;
         self.backlogged.remove(&self.key(capped_tenant));
         let (tenant, job) = self.tenants.take_over()?;
-        let t = tenant as usize;
-        self.counter[t] += self.cost[job as usize] / self.weight[t];
-        if self.tenants.waiting(tenant) > 0 {
-            self.backlogged.insert(self.key(tenant));
-        }
+        self.served(tenant, job);
         Some((tenant, job))
     }
 }

@@ -1,7 +1,7 @@
 //! The fast disciplines against the naive scans: same job order, same
 //! rejections, on random push / take / finish sequences.
 
-use noisylab::sched::naive::{NaiveFair, NaiveFifo, NaiveVtc};
+use noisylab::sched::naive::{NaiveFair, NaiveFifo, NaiveQueues, NaiveVtc};
 use noisylab::sched::{Fair, Fifo, Limits, Scheduler, Vtc};
 use proptest::prelude::*;
 
@@ -267,4 +267,141 @@ fn the_benchmarks_preloaded_naive_state_is_the_one_pushes_and_takes_make() {
         assert_eq!(built.take(), None);
         assert_eq!(pre.take(), None);
     }
+}
+
+/// Random pushes over `keys` API keys, key `k` belonging to tenant
+/// `k % tenants`, with takes and finishes between.
+fn key_ops(keys: u32) -> impl Strategy<Value = Vec<Op>> {
+    ops(keys)
+}
+
+/// The keyed ops as the scheduler sees them (pushes by tenant), each job's
+/// key by job id, and each key's tenant.
+fn by_tenant(ops: &[Op], tenants: u32, keys: u32) -> (Vec<Op>, Vec<u32>, Vec<u32>) {
+    let mut key_of = Vec::new();
+    let ops = ops
+        .iter()
+        .map(|op| match *op {
+            Op::Push(k) => {
+                key_of.push(k);
+                Op::Push(k % tenants)
+            }
+            ref other => other.clone(),
+        })
+        .collect();
+    let owner = (0..keys).map(|k| k % tenants).collect();
+    (ops, key_of, owner)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Two-level fairness (`fair_by = "tenant"`): the rings and counters
+    /// pick the tenant, the tenant's keys take turns; job for job as the scans.
+    #[test]
+    fn key_turns_match_the_naive_scans(
+        (tenants, keys, ops) in (1u32..6).prop_flat_map(|t| (Just(t), t..3 * t + 1))
+            .prop_flat_map(|(t, k)| (Just(t), Just(k), key_ops(k))),
+        limits in limits(),
+        lending in any::<bool>(),
+    ) {
+        let (ops, key_of, owner) = by_tenant(&ops, tenants, keys);
+        let n = tenants as usize;
+        let queues = || NaiveQueues::by_key(n, owner.clone(), key_of.clone());
+        let mut fair = Fair::new(n, limits);
+        fair.turn_keys(key_of.clone());
+        let w = vec![1.0; n];
+        let c: Vec<f64> = (0..400).map(|i| f64::from(i % 5 + 1)).collect();
+        let mut vtc = Vtc::new(n, limits, w.clone(), c.clone());
+        vtc.turn_keys(key_of.clone());
+        if lending {
+            fair.lend();
+            vtc.lend();
+        }
+        replay(&mut fair, &mut NaiveFair::with_queues(queues(), limits), &ops, lending)?;
+        replay(&mut vtc, &mut NaiveVtc::with_queues(queues(), limits, w, c), &ops, lending)?;
+    }
+
+    /// The VTC bound: with no cap, at every step the counters of any two
+    /// tenants with work waiting differ by at most the largest job cost ÷
+    /// weight, whatever the tenants, weights, costs and order of events.
+    #[test]
+    fn vtc_counters_of_backlogged_tenants_stay_within_one_job(
+        (tenants, ops) in (2u32..10).prop_flat_map(|t| (Just(t), ops(t))),
+        weights in prop::collection::vec(1u32..6, 10),
+        costs in prop::collection::vec(1u32..50, 400),
+    ) {
+        let n = tenants as usize;
+        let w: Vec<f64> = weights[..n].iter().map(|&w| f64::from(w)).collect();
+        let c: Vec<f64> = costs.iter().map(|&c| f64::from(c)).collect();
+        let bound = c.iter().map(|c| c / w.iter().cloned().fold(f64::INFINITY, f64::min)).fold(0.0, f64::max);
+        let unlimited = Limits { cap: u32::MAX, limit: u32::MAX };
+        let mut s = Vtc::new(n, unlimited, w, c);
+        let mut waiting = vec![0u32; n];
+        let mut running: Vec<u32> = Vec::new();
+        let mut next_job = 0;
+        for op in &ops {
+            match *op {
+                Op::Push(t) => {
+                    s.push(t, next_job).unwrap();
+                    next_job += 1;
+                    waiting[t as usize] += 1;
+                }
+                Op::Take | Op::TakeOver => {
+                    if let Some((t, _)) = s.take() {
+                        waiting[t as usize] -= 1;
+                        running.push(t);
+                    }
+                }
+                Op::Finish(i) if !running.is_empty() => {
+                    s.finished(running.swap_remove(i % running.len()));
+                }
+                Op::Finish(_) => {}
+            }
+            let backlogged: Vec<f64> = (0..tenants).filter(|&t| waiting[t as usize] > 0).map(|t| s.counter(t)).collect();
+            let spread = backlogged.iter().cloned().fold(f64::MIN, f64::max) - backlogged.iter().cloned().fold(f64::MAX, f64::min);
+            prop_assert!(backlogged.len() < 2 || spread <= bound * (1.0 + 1e-12), "counters {:?} spread {} over the bound {}", backlogged, spread, bound);
+        }
+    }
+}
+
+#[test]
+fn a_tenants_keys_take_turns_under_two_level_fairness() {
+    let unlimited = Limits {
+        cap: u32::MAX,
+        limit: u32::MAX,
+    };
+    // Tenant 0 sends jobs 0..4 with key 0, then job 4 with key 1.
+    let key_of = vec![0, 0, 0, 0, 1];
+    let mut s = Fair::new(1, unlimited);
+    s.turn_keys(key_of);
+    for job in 0..5 {
+        s.push(0, job).unwrap();
+    }
+    let order: Vec<u32> = std::iter::from_fn(|| s.take().map(|(_, j)| j)).collect();
+    assert_eq!(order, vec![0, 4, 1, 2, 3], "key 1's job goes second");
+}
+
+#[test]
+fn a_vtc_newcomer_into_an_empty_backlog_is_lifted_to_the_last_leaver() {
+    let unlimited = Limits {
+        cap: u32::MAX,
+        limit: u32::MAX,
+    };
+    // Tenant 0's job 0 costs 10; the rest cost 1.
+    let mut costs = vec![1.0; 10];
+    costs[0] = 10.0;
+    let mut s = Vtc::new(2, unlimited, vec![1.0, 1.0], costs);
+    s.push(0, 0).unwrap();
+    assert_eq!(s.take(), Some((0, 0)));
+    assert_eq!(s.counter(0), 10.0);
+    // Nobody waits now; tenant 1 arrives and is lifted to tenant 0's 10,
+    // so it banks no credit from the time it was away.
+    s.push(1, 1).unwrap();
+    assert_eq!(s.counter(1), 10.0);
+    s.push(0, 2).unwrap();
+    s.push(1, 3).unwrap();
+    s.push(0, 4).unwrap();
+    let order: Vec<u32> = std::iter::from_fn(|| s.take().map(|(t, _)| t)).collect();
+    assert_eq!(order, vec![0, 1, 0, 1], "equal counters alternate");
 }
