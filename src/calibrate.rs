@@ -111,6 +111,7 @@ async fn measure_dispatch(jobs: u32) -> Percentiles {
         model_overshoot_ns: 0,
         reserve: None,
         by_key: false,
+        traffic: None,
     };
     let plan: Vec<JobRecord> = (0..u64::from(jobs))
         .map(|i| JobRecord::planned(0, (i + 1) * 1_000_000, 100_000))
@@ -124,7 +125,7 @@ async fn measure_dispatch(jobs: u32) -> Percentiles {
     );
     let mut clock = RealClock::start(Timer::Precise);
     let never = AtomicBool::new(false);
-    let (_, stats) = engine::run(&mut clock, &pool, &mut sched, plan, &never)
+    let (_, stats) = engine::run(&mut clock, &pool, &mut sched, plan, 0, &never)
         .await
         .expect("calibration is never interrupted");
     percentiles(&stats.dispatch_floor, 1e3)

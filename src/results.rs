@@ -84,8 +84,8 @@ pub struct StrategyResults {
     pub runs: Vec<RunResult>,
 }
 
+/// One run (not `deny_unknown_fields`, for its flattened [`Figures`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RunResult {
     pub seed: u64,
     #[serde(flatten)]
@@ -95,16 +95,18 @@ pub struct RunResult {
     pub raw: Option<RawRun>,
 }
 
-/// The figures of one run (or the median, min or max of several).
+/// The figures of one run (or the median, min or max of several). (Not
+/// `deny_unknown_fields`: serde cannot deny them beside a flattened
+/// [`Delivery`]; a file's schema version guards its keys.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Figures {
     /// Normal tenants' enqueue-to-start wait.
     pub normal_wait_ms: Percentiles,
     /// From the first burst to the last bursting job's completion; null
     /// when the scenario has no burst.
     pub noisy_done_s: Option<f64>,
-    /// Jobs refused by a queue limit, all tenants.
+    /// Jobs refused and never retried into an answer: by a queue limit, or
+    /// with limits and clients, any refusal of a client that does not retry.
     pub rejected: u64,
     /// Normal jobs whose wait was measured.
     pub normal_jobs: u64,
@@ -135,6 +137,62 @@ pub struct Figures {
     /// measured have the default).
     #[serde(default)]
     pub fairness: Fairness,
+    /// What the clients got: attempts, outcomes, refusals by layer.
+    #[serde(flatten)]
+    pub delivery: Delivery,
+    /// Lab time during which the provider had told some caller to wait.
+    #[serde(default)]
+    pub provider_saturated_s: f64,
+}
+
+/// Every job's fate from its clients' side, with retries (files from
+/// before clients could retry have the defaults). A job is one request of a
+/// tenant; each time its client sends it is an attempt. The outcomes part
+/// the jobs: `unique_jobs` = `completed` + `given_up` + `rejected` +
+/// `timed_out`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Delivery {
+    /// Every time a client sent a job, retries included.
+    pub attempts: u64,
+    /// Jobs, each counted once.
+    pub unique_jobs: u64,
+    /// Jobs that ran and whose client read the answer.
+    pub completed: u64,
+    /// Jobs whose retrying client stopped (at `max_attempts` or its retry
+    /// budget) without an answer.
+    pub given_up: u64,
+    /// Jobs whose client, not retrying, stopped waiting.
+    pub timed_out: u64,
+    /// Attempts refused, by where.
+    pub refused: Refused,
+    /// Attempts ÷ jobs.
+    pub amplification: f64,
+    /// Worker time spent on jobs nobody read (their client had timed out),
+    /// and, for the whole run, on calls the provider refused.
+    pub wasted_worker_s: f64,
+    /// After the last burst ends, how long until the class's rolling p95
+    /// wait is back within twice its value before the first burst (at
+    /// least 1 ms) and stays there until the traffic ends; null when it
+    /// never is within the run, or there is no burst.
+    pub recovery_s: Option<f64>,
+    /// Jobs completed, and their output tokens, per second of lab time.
+    pub goodput_jobs_per_s: f64,
+    pub goodput_tokens_out_per_s: f64,
+}
+
+/// Attempts refused at each layer.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Refused {
+    /// The queue's per-tenant limit.
+    pub limit: u64,
+    /// The tenant's rate limit.
+    pub rate: u64,
+    /// The tenant's token budget.
+    pub budget: u64,
+    /// The model provider's limits.
+    pub provider: u64,
 }
 
 /// Service among the tenants backlogged throughout each window.
@@ -153,9 +211,8 @@ pub struct Fairness {
     pub window_s: f64,
 }
 
-/// One class's figures.
+/// One class's figures (its [`Delivery`] flattened in, as in [`Figures`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ClassFigures {
     /// Enqueue-to-start wait of its jobs that started.
     pub wait_ms: Percentiles,
@@ -173,6 +230,9 @@ pub struct ClassFigures {
     /// backlogged throughout), in the strategy's fairness unit.
     #[serde(default)]
     pub service: f64,
+    /// Its clients' side: attempts, outcomes, refusals.
+    #[serde(flatten)]
+    pub delivery: Delivery,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

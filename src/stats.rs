@@ -78,3 +78,8 @@ pub fn decode_histogram(text: &str) -> Result<Histogram<u64>> {
         .deserialize(&mut bytes.as_slice())
         .map_err(|e| anyhow::anyhow!("histogram is not hdrhistogram V2: {e:?}"))
 }
+
+/// Index of the nearest-rank quantile `q` of `n` sorted values.
+pub fn nearest_rank(n: usize, q: f64) -> usize {
+    ((q * n as f64).ceil() as usize).clamp(1, n) - 1
+}

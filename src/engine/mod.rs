@@ -12,7 +12,9 @@
 //!   with no thread hop or channel between enqueue and start.
 
 pub mod clock;
+pub mod limiter;
 pub mod load;
+pub mod traffic;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -25,11 +27,31 @@ use crate::stats;
 pub use clock::{Clock, RealClock, Timer, VirtualClock};
 
 use crate::sched::{JobId, Scheduler, TenantId};
+use traffic::{Refusal, Traffic, TrafficPlan};
 
 /// Lab time in nanoseconds since the run's t = 0.
 pub type Nanos = u64;
 /// Marks an instant that never came (a rejected job never starts).
 pub const NEVER: Nanos = Nanos::MAX;
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fate {
+    /// Not yet (or, at the end of an interrupted run, never) resolved.
+    #[default]
+    Pending,
+    /// It ran and its client read the answer.
+    Ran,
+    /// Its client stopped waiting (`on_timeout = "waste"`): it ran anyway,
+    /// or will, and nobody reads it.
+    Wasted,
+    /// Its client stopped waiting (`on_timeout = "cancel"`, at `finished`):
+    /// dropped when its turn came, without a worker.
+    Cancelled,
+    /// Refused: by the queue's limit, the tenant's rate limit or budget, or
+    /// the provider.
+    Refused(Refusal),
+}
 
 /// One job's life: planned (by the load plan, with its size), enqueued (when
 /// the engine actually submitted it), started and finished.
@@ -48,6 +70,12 @@ pub struct JobRecord {
     pub key: u32,
     pub tokens_in: u32,
     pub tokens_out: u32,
+    /// The job this attempt sends: its first attempt's id (its own for a
+    /// first attempt, which is the job's index in the arrival plan).
+    pub origin: JobId,
+    /// 1 for the first attempt, 2 for the first retry, …
+    pub attempt: u16,
+    pub fate: Fate,
 }
 
 impl JobRecord {
@@ -62,6 +90,22 @@ impl JobRecord {
             key: tenant,
             tokens_in: 0,
             tokens_out: 0,
+            origin: 0,
+            attempt: 1,
+            fate: Fate::Pending,
+        }
+    }
+
+    /// The next attempt of the same job, sent at `at`.
+    pub fn retry(&self, at: Nanos) -> JobRecord {
+        JobRecord {
+            planned: at,
+            enqueued: NEVER,
+            started: NEVER,
+            finished: NEVER,
+            attempt: self.attempt.saturating_add(1),
+            fate: Fate::Pending,
+            ..*self
         }
     }
 
@@ -107,6 +151,9 @@ pub struct Pool {
     /// The scheduler sees API keys (`true`) rather than tenants: its caps,
     /// limits and turns are per key.
     pub by_key: bool,
+    /// Rate limits, budgets, the provider's limits and retrying clients;
+    /// `None` where the scenario has none (every job sent once).
+    pub traffic: Option<std::sync::Arc<TrafficPlan>>,
 }
 
 /// Busy workers by tenant class and jobs waiting, at one instant.
@@ -124,6 +171,12 @@ pub struct RunStats {
     /// harness's own dispatch cost.
     pub dispatch_floor: Histogram<u64>,
     pub rejected: u64,
+    /// Attempts refused, by [`Refusal`]: limit, rate, budget, provider.
+    pub refused: [u64; 4],
+    /// Lab time during which the provider had told some caller to wait.
+    pub provider_saturated_ns: Nanos,
+    /// Worker time spent on calls the provider refused (`reject_ms` each).
+    pub reject_hold_ns: u128,
     /// Largest retry-after hint handed out with a rejection, in seconds.
     pub retry_after_s_max: u64,
     /// Lab time during which at least one job waited.
@@ -146,12 +199,15 @@ pub struct Interrupted;
 
 /// Run one lab: submit every planned job at its instant, start jobs as
 /// workers free up, and fill in each record. `plan` must be sorted by
-/// planned instant; a job's id is its index in it.
+/// planned instant; a job's id is its index in it. Where the pool has
+/// [`Pool::traffic`], retries are added to the records as the run unfolds,
+/// their jitter drawn from `seed`.
 pub async fn run<C: Clock, S: Scheduler>(
     clock: &mut C,
     pool: &Pool,
     sched: &mut S,
-    plan: Vec<JobRecord>,
+    mut plan: Vec<JobRecord>,
+    seed: u64,
     stop: &AtomicBool,
 ) -> Result<(Vec<JobRecord>, RunStats), Interrupted> {
     assert!(
@@ -162,6 +218,10 @@ pub async fn run<C: Clock, S: Scheduler>(
         plan.len() < JobId::MAX as usize,
         "too many jobs for a JobId"
     );
+    for (i, job) in plan.iter_mut().enumerate() {
+        job.origin = i as JobId;
+    }
+    let unique = plan.len();
     let mut engine = Engine {
         clock,
         pool,
@@ -170,10 +230,22 @@ pub async fn run<C: Clock, S: Scheduler>(
         running: BinaryHeap::with_capacity(pool.workers as usize),
         idle: pool.workers,
         next: 0,
+        unique,
         occupancy: Occupancy::new(pool.sample_ns, pool.traffic_ns),
+        clients: pool.traffic.as_deref().map(|p| Clients {
+            traffic: Traffic::new(p, seed),
+            tickets: Vec::new(),
+            retries: BinaryHeap::new(),
+            timeouts: BinaryHeap::new(),
+            delay: Vec::new(),
+            saturated_until: 0,
+        }),
         stats: RunStats {
             dispatch_floor: stats::new_histogram(),
             rejected: 0,
+            refused: [0; 4],
+            provider_saturated_ns: 0,
+            reject_hold_ns: 0,
             retry_after_s_max: 0,
             waiting_ns: 0,
             idle_worker_ns_while_waiting: 0,
@@ -187,6 +259,22 @@ pub async fn run<C: Clock, S: Scheduler>(
     Ok(engine.finish())
 }
 
+/// A run's limits and clients, with the events they add: retries waiting to
+/// be sent, and clients waiting to give up.
+struct Clients<'a> {
+    traffic: Traffic<'a>,
+    /// The scheduler's job ids (in push order) to attempts' ids.
+    tickets: Vec<JobId>,
+    /// Retries by the instant they are sent.
+    retries: BinaryHeap<Reverse<(Nanos, JobId)>>,
+    /// Queued attempts by the instant their client stops waiting.
+    timeouts: BinaryHeap<Reverse<(Nanos, JobId)>>,
+    /// The delay that led to each attempt (0 for a first attempt), by id.
+    delay: Vec<Nanos>,
+    /// The end of the latest retry-after the provider gave.
+    saturated_until: Nanos,
+}
+
 struct Engine<'a, C, S> {
     clock: &'a mut C,
     pool: &'a Pool,
@@ -197,26 +285,41 @@ struct Engine<'a, C, S> {
     idle: u32,
     /// Index of the next planned arrival.
     next: usize,
+    /// Jobs in the plan (their first attempts are `jobs[..unique]`).
+    unique: usize,
     occupancy: Occupancy,
+    clients: Option<Clients<'a>>,
     stats: RunStats,
+}
+
+/// The next event a run handles, earliest first; on a tie a completion
+/// first (so the freed worker is there for what comes), then a client
+/// giving up, then a retry, then a planned arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Completion,
+    Timeout,
+    Retry,
+    Arrival,
 }
 
 impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     async fn run(&mut self, stop: &AtomicBool) -> Result<(), Interrupted> {
-        while let Some(wake) = min_some(self.next_completion(), self.next_arrival()) {
+        while let Some((wake, _)) = self.next_event() {
             self.clock.sleep_until(wake).await;
             if stop.load(Ordering::Relaxed) {
                 return Err(Interrupted);
             }
-            // Everything due by now, earliest first; a completion before an
-            // arrival at the same instant, so the freed worker is there for it.
+            // Everything due by now, earliest first.
             loop {
                 let now = self.clock.now();
-                let done = self.next_completion().filter(|&d| d <= now);
-                let arrival = self.next_arrival().filter(|&a| a <= now);
-                match (done, arrival) {
-                    (Some(d), a) if a.is_none_or(|a| d <= a) => self.complete(now),
-                    (_, Some(_)) => self.arrive(now),
+                match self.next_event() {
+                    Some((at, event)) if at <= now => match event {
+                        Event::Completion => self.complete(now),
+                        Event::Timeout => self.time_out(now),
+                        Event::Retry => self.resend(now),
+                        Event::Arrival => self.arrive(now),
+                    },
                     _ => break,
                 }
             }
@@ -224,12 +327,43 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         Ok(())
     }
 
-    fn next_completion(&self) -> Option<Nanos> {
-        self.running.peek().map(|Reverse((due, _))| *due)
+    /// Drop the timeouts of attempts that have started or ended: their
+    /// clients no longer wait, and the run must not wait for them either.
+    fn prune_timeouts(&mut self) {
+        let Some(c) = &mut self.clients else { return };
+        while let Some(&Reverse((_, id))) = c.timeouts.peek() {
+            let job = &self.jobs[id as usize];
+            if job.started == NEVER && job.fate == Fate::Pending {
+                break;
+            }
+            c.timeouts.pop();
+        }
     }
 
-    fn next_arrival(&self) -> Option<Nanos> {
-        self.jobs.get(self.next).map(|j| j.planned)
+    fn next_event(&mut self) -> Option<(Nanos, Event)> {
+        self.prune_timeouts();
+        let peek = |h: &BinaryHeap<Reverse<(Nanos, JobId)>>| h.peek().map(|Reverse((at, _))| *at);
+        let mut next = None;
+        let mut consider = |at: Option<Nanos>, e: Event| {
+            if let Some(at) = at
+                && next.is_none_or(|n| (at, e) < n)
+            {
+                next = Some((at, e));
+            }
+        };
+        consider(peek(&self.running), Event::Completion);
+        if let Some(c) = &self.clients {
+            consider(peek(&c.timeouts), Event::Timeout);
+            consider(peek(&c.retries), Event::Retry);
+        }
+        consider(
+            self.jobs
+                .get(self.next)
+                .map(|j| j.planned)
+                .filter(|_| self.next < self.unique),
+            Event::Arrival,
+        );
+        next
     }
 
     fn is_burst(&self, tenant: TenantId) -> bool {
@@ -240,8 +374,20 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         let Reverse((_, id)) = self.running.pop().expect("a completion is due");
         self.occupancy.advance(now, self.idle);
         let job = &mut self.jobs[id as usize];
-        job.finished = now;
-        let (tenant, queue) = (job.tenant, job.queue(self.pool.by_key));
+        let (tenant, queue, out) = (job.tenant, job.queue(self.pool.by_key), job.tokens_out);
+        if job.fate == Fate::Refused(Refusal::Provider) {
+            // The worker held a refused call for `reject_ms`.
+            self.stats.reject_hold_ns += u128::from(now - job.started);
+            job.started = NEVER;
+        } else {
+            job.finished = now;
+            if job.fate == Fate::Pending {
+                job.fate = Fate::Ran;
+            }
+            if let Some(c) = &mut self.clients {
+                c.traffic.finished(now, tenant, out);
+            }
+        }
         self.occupancy.finished(self.is_burst(tenant));
         self.sched.finished(queue);
         self.idle += 1;
@@ -251,27 +397,153 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     fn arrive(&mut self, now: Nanos) {
         let id = self.next;
         self.next += 1;
+        self.submit(now, id as JobId);
+    }
+
+    /// A retry is due: send it as a new arrival.
+    fn resend(&mut self, now: Nanos) {
+        let c = self.clients.as_mut().expect("retries come with clients");
+        let Reverse((_, id)) = c.retries.pop().expect("a retry is due");
+        self.submit(now, id);
+    }
+
+    /// An attempt reaches the front door: the tenant's budget and rate
+    /// limit, then the queue.
+    fn submit(&mut self, now: Nanos, id: JobId) {
         self.occupancy.advance(now, self.idle);
-        let job = &mut self.jobs[id];
+        let ticket = self.ticket(id);
+        let job = &mut self.jobs[id as usize];
         // Read the clock again: the wait starts here, at the push.
         job.enqueued = self.clock.now();
-        let (tenant, queue) = (job.tenant, job.queue(self.pool.by_key));
-        match self.sched.push(queue, id as JobId) {
+        let job = *job;
+        let queue = job.queue(self.pool.by_key);
+        if let Some(c) = &mut self.clients {
+            if job.attempt == 1 {
+                c.traffic.sent_first(job.tenant);
+            }
+            let tokens = f64::from(job.tokens_in) + f64::from(job.tokens_out);
+            if let Err((layer, wait)) = c.traffic.admit(now, job.tenant, tokens) {
+                self.refuse(now, id, layer, wait);
+                return;
+            }
+            let strategy = &c.traffic.plan().strategy;
+            let cost = strategy.job_cost(job.duration, job.tokens_in, job.tokens_out);
+            c.tickets.push(id);
+            self.sched.note(ticket, cost, job.key);
+        }
+        match self.sched.push(queue, ticket) {
             Ok(()) => {
                 self.occupancy.queued += 1;
+                self.watch_timeout(id);
                 self.dispatch();
-                let job = &self.jobs[id];
-                if job.started != NEVER {
+                let job = &self.jobs[id as usize];
+                if job.started != NEVER && job.fate != Fate::Refused(Refusal::Provider) {
                     let floor = job.started - job.enqueued;
                     stats::record(&mut self.stats.dispatch_floor, floor);
                 }
             }
             Err(rejected) => {
                 self.stats.rejected += 1;
-                let hint = self.retry_after_s(tenant, rejected.waiting);
-                self.stats.retry_after_s_max = self.stats.retry_after_s_max.max(hint);
+                let fixed = self
+                    .clients
+                    .as_ref()
+                    .and_then(|c| c.traffic.plan().limit_retry_after_ns);
+                let hint = fixed.unwrap_or_else(|| {
+                    self.retry_after_s(job.tenant, rejected.waiting) * 1_000_000_000
+                });
+                self.refuse(now, id, Refusal::Limit, Some(hint));
             }
         }
+    }
+
+    /// The id the scheduler knows an attempt by: with clients, the order of
+    /// pushes (retries interleave with the plan); else the plan's own.
+    fn ticket(&self, id: JobId) -> JobId {
+        self.clients
+            .as_ref()
+            .map_or(id, |c| c.tickets.len() as JobId)
+    }
+
+    fn attempt_of(&self, ticket: JobId) -> JobId {
+        self.clients
+            .as_ref()
+            .map_or(ticket, |c| c.tickets[ticket as usize])
+    }
+
+    /// Start the clock on the client's patience, if it has a timeout.
+    fn watch_timeout(&mut self, id: JobId) {
+        let Some(c) = &mut self.clients else { return };
+        let job = &self.jobs[id as usize];
+        if let Some(t) = c.traffic.client(job.tenant).timeout_ns
+            && job.started == NEVER
+        {
+            c.timeouts
+                .push(Reverse((job.enqueued.saturating_add(t), id)));
+        }
+    }
+
+    /// A client's timeout is due: if its job has not started, it stops
+    /// waiting (the job is dropped at its turn, or runs unread) and may
+    /// send it again.
+    fn time_out(&mut self, now: Nanos) {
+        let c = self.clients.as_mut().expect("timeouts come with clients");
+        let Reverse((_, id)) = c.timeouts.pop().expect("a timeout is due");
+        let job = &mut self.jobs[id as usize];
+        if job.started != NEVER || job.fate != Fate::Pending {
+            return;
+        }
+        if c.traffic.client(job.tenant).waste {
+            job.fate = Fate::Wasted;
+        } else {
+            // It never starts; `finished` keeps when its client left.
+            job.fate = Fate::Cancelled;
+            job.finished = now;
+        }
+        self.follow_up(now, id, None);
+    }
+
+    /// An attempt was refused at `layer`, told to wait `wait`.
+    fn refuse(&mut self, now: Nanos, id: JobId, layer: Refusal, wait: Option<Nanos>) {
+        self.jobs[id as usize].fate = Fate::Refused(layer);
+        self.stats.refused[layer as usize] += 1;
+        if let Some(w) = wait {
+            self.stats.retry_after_s_max =
+                self.stats.retry_after_s_max.max(w.div_ceil(1_000_000_000));
+        }
+        if layer == Refusal::Provider
+            && let Some(c) = &mut self.clients
+        {
+            // The provider is saturated from now until its retry-after ends.
+            let until = now.saturating_add(wait.unwrap_or(0));
+            let from = now.max(c.saturated_until);
+            self.stats.provider_saturated_ns += until.saturating_sub(from);
+            c.saturated_until = c.saturated_until.max(until);
+        }
+        self.follow_up(now, id, wait);
+    }
+
+    /// The client of a refused or timed-out attempt sends it again later,
+    /// or gives up.
+    fn follow_up(&mut self, now: Nanos, id: JobId, hint: Option<Nanos>) {
+        let Some(c) = &mut self.clients else { return };
+        let job = &self.jobs[id as usize];
+        let prev = c.delay.get(id as usize).copied().unwrap_or(0);
+        let Some(delay) = c
+            .traffic
+            .retry_delay(job.tenant, u32::from(job.attempt), hint, prev)
+        else {
+            return;
+        };
+        let at = now.saturating_add(delay);
+        let retry = job.retry(at);
+        let new = self.jobs.len() as JobId;
+        assert!(new < JobId::MAX, "too many attempts for a JobId");
+        self.jobs.push(retry);
+        if c.delay.len() <= new as usize {
+            c.delay.resize(new as usize + 1, 0);
+        }
+        c.delay[new as usize] = delay;
+        c.retries.push(Reverse((at, new)));
     }
 
     /// Start waiting jobs while workers are idle. The start instant is read
@@ -283,20 +555,44 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 None if lend => self.sched.take_over_cap(),
                 next => next,
             };
-            let Some((_, id)) = next else {
+            let Some((_, ticket)) = next else {
                 break;
             };
+            let id = self.attempt_of(ticket);
             let started = self.clock.now();
-            let job = &mut self.jobs[id as usize];
-            job.started = started;
-            let (tenant, hold) = (
-                job.tenant,
-                job.duration + self.clock.model_overshoot(self.pool),
-            );
+            let job = self.jobs[id as usize];
+            let (burst, queue) = (self.is_burst(job.tenant), job.queue(self.pool.by_key));
+            if job.fate == Fate::Cancelled {
+                // Its client left: dropped without a worker.
+                self.occupancy.dropped();
+                self.sched.finished(queue);
+                continue;
+            }
+            if let Some(c) = &mut self.clients
+                && let Err(wait) =
+                    c.traffic
+                        .start(started, job.tenant, job.tokens_in, job.tokens_out)
+            {
+                let reject_ns = c.traffic.plan().reject_ns;
+                self.occupancy.started(burst);
+                if reject_ns > 0 {
+                    // The refusal holds the worker; see `complete`.
+                    self.jobs[id as usize].started = started;
+                    self.running.push(Reverse((started + reject_ns, id)));
+                    self.idle -= 1;
+                } else {
+                    self.occupancy.finished(burst);
+                    self.sched.finished(queue);
+                }
+                self.refuse(started, id, Refusal::Provider, wait);
+                continue;
+            }
+            self.jobs[id as usize].started = started;
+            let hold = job.duration + self.clock.model_overshoot(self.pool);
             self.running
                 .push(Reverse((started.saturating_add(hold), id)));
             self.idle -= 1;
-            self.occupancy.started(self.is_burst(tenant));
+            self.occupancy.started(burst);
         }
     }
 
@@ -396,6 +692,11 @@ impl Occupancy {
         }
     }
 
+    /// A queued job left without a worker (its client had gone).
+    fn dropped(&mut self) {
+        self.queued -= 1;
+    }
+
     #[inline]
     fn finished(&mut self, burst: bool) {
         if burst {
@@ -403,13 +704,5 @@ impl Occupancy {
         } else {
             self.busy_normal -= 1;
         }
-    }
-}
-
-fn min_some(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, None) => a,
-        (None, b) => b,
     }
 }

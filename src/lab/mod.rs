@@ -8,7 +8,9 @@
 //!   strategy's runs into their median, min and max.
 //! - [`warnings`] decides, once, what a person should be told about the figures.
 
+pub mod delivery;
 pub mod fairness;
+pub mod limits;
 pub mod summary;
 pub mod warnings;
 
@@ -62,6 +64,7 @@ pub fn pool_for(scenario: &Scenario, strategy: &Strategy) -> Pool {
         model_overshoot_ns: 0,
         reserve: strategy.reserve,
         by_key: by_key(&population, strategy),
+        traffic: limits::traffic_plan(scenario, strategy),
     }
 }
 
@@ -89,21 +92,22 @@ pub fn run_virtual_on(
     strategy: &Strategy,
     seed: u64,
 ) -> (Vec<JobRecord>, RunStats) {
-    run_virtual_plan(scenario, pool, strategy, load::plan(scenario, seed))
+    run_virtual_plan(scenario, pool, strategy, load::plan(scenario, seed), seed)
 }
 
 /// The same with a given arrival plan (for instance one whose durations
-/// carry a machine's sampled overshoot).
+/// carry a machine's sampled overshoot); `seed` draws the clients' jitter.
 pub fn run_virtual_plan(
     scenario: &Scenario,
     pool: &Pool,
     strategy: &Strategy,
     plan: Vec<JobRecord>,
+    seed: u64,
 ) -> (Vec<JobRecord>, RunStats) {
     let mut sched = scheduler(scenario, strategy, &plan);
     let never = AtomicBool::new(false);
     let mut clock = VirtualClock::new();
-    let fut = engine::run(&mut clock, pool, &mut sched, plan, &never);
+    let fut = engine::run(&mut clock, pool, &mut sched, plan, seed, &never);
     block_on_ready(fut).expect("a virtual run is never interrupted")
 }
 
@@ -173,11 +177,12 @@ impl RealContext {
         pool: &Pool,
         sched: &mut AnyScheduler,
         plan: Vec<JobRecord>,
+        seed: u64,
         stop: &AtomicBool,
     ) -> Result<(Vec<JobRecord>, RunStats), Interrupted> {
         let mut clock = RealClock::with_margin(self.timer, self.margin());
         self.runtime
-            .block_on(engine::run(&mut clock, pool, sched, plan, stop))
+            .block_on(engine::run(&mut clock, pool, sched, plan, seed, stop))
     }
 
     /// The precise timer's margin, from this machine's calibration.
@@ -295,7 +300,7 @@ fn run_once(
             );
             let plan = load::plan(scenario, seed);
             let mut sched = scheduler(scenario, strategy, &plan);
-            let out = real.run(&pool, &mut sched, plan, stop);
+            let out = real.run(&pool, &mut sched, plan, seed, stop);
             bar.finish();
             out?
         }

@@ -8,11 +8,13 @@ use hdrhistogram::Histogram;
 use crate::engine::load::secs_to_ns;
 use crate::engine::{JobRecord, NEVER, Nanos, Pool, RunStats};
 use crate::results::{
-    ClassFigures, Fairness, Figures, OccupancyTrace, RawHistograms, RawRun, RunResult, Slowdown,
-    StrategyResults, TenantFigures,
+    ClassFigures, Delivery, Fairness, Figures, OccupancyTrace, RawHistograms, RawRun, Refused,
+    RunResult, Slowdown, StrategyResults, TenantFigures,
 };
 use crate::scenario::{Population, Scenario, Strategy};
-use crate::stats::{Percentiles, encode_histogram, median, new_histogram, percentiles, record};
+use crate::stats::{
+    Percentiles, encode_histogram, median, nearest_rank, new_histogram, percentiles, record,
+};
 
 /// Most (enqueue time, wait) points kept per run for the plots.
 const MAX_TRACE_POINTS: usize = 4000;
@@ -82,6 +84,7 @@ pub fn run(
     let unit = scenario.service.unwrap_or(crate::scenario::Cost::Time);
     let (service, fairness) = super::fairness::measure(&population, strategy, unit, jobs);
     let per_tenant = PerTenant::of(&population, jobs);
+    let delivery = super::delivery::measure(scenario, strategy, &population, jobs, stats);
     let first_burst = scenario.burst.iter().map(|b| secs_to_ns(b.at_s)).min();
     let noisy_done_s = match (first_burst, m.burst_last) {
         (Some(first), Some(last)) => Some(ns_to_s(last.saturating_sub(first))),
@@ -90,7 +93,7 @@ pub fn run(
     let figures = Figures {
         normal_wait_ms: percentiles(&m.normal_wait, 1e6),
         noisy_done_s,
-        rejected: stats.rejected,
+        rejected: super::delivery::rejected(&delivery.total),
         normal_jobs: m.normal_wait.len(),
         job_overshoot_ms: percentiles(&m.overshoot, 1e6),
         dispatch_floor_us: percentiles(&stats.dispatch_floor, 1e3),
@@ -103,9 +106,11 @@ pub fn run(
         waiting_s: ns_to_s(stats.waiting_ns),
         retry_after_s: stats.retry_after_s_max,
         lab_s: ns_to_s(stats.end),
-        classes: classes(&population, jobs, &service),
+        classes: classes(&population, jobs, &service, delivery.classes),
         tenants: per_tenant.figures(&population, scenario.alert_p95_ms),
         fairness,
+        delivery: delivery.total,
+        provider_saturated_s: ns_to_s(stats.provider_saturated_ns),
     };
     let raw = keep_raw.then(|| raw_run(&m, pool, jobs, stats, &per_tenant));
     RunResult { seed, figures, raw }
@@ -116,12 +121,12 @@ fn classes(
     population: &Population,
     jobs: &[JobRecord],
     service: &[f64],
+    delivery: Vec<Delivery>,
 ) -> BTreeMap<String, ClassFigures> {
     struct Acc {
         wait: Histogram<u64>,
         slowdown: Histogram<u64>,
         jobs: u64,
-        rejected: u64,
         tokens_in: u64,
         tokens_out: u64,
         first: Nanos,
@@ -134,7 +139,6 @@ fn classes(
             wait: new_histogram(),
             slowdown: new_histogram(),
             jobs: 0,
-            rejected: 0,
             tokens_in: 0,
             tokens_out: 0,
             first: NEVER,
@@ -146,7 +150,6 @@ fn classes(
         a.jobs += 1;
         a.first = a.first.min(job.enqueued);
         if job.started == NEVER {
-            a.rejected += 1;
             continue;
         }
         record(&mut a.wait, job.started - job.enqueued);
@@ -163,7 +166,8 @@ fn classes(
         .classes
         .iter()
         .zip(acc)
-        .map(|(c, a)| {
+        .zip(delivery)
+        .map(|((c, a), delivery)| {
             let s = percentiles(&a.slowdown, SLOWDOWN_SCALE);
             let figures = ClassFigures {
                 wait_ms: percentiles(&a.wait, 1e6),
@@ -172,13 +176,14 @@ fn classes(
                     p95: s.p95,
                 },
                 jobs: a.jobs,
-                rejected: a.rejected,
+                rejected: super::delivery::rejected(&delivery),
                 tokens_in: a.tokens_in,
                 tokens_out: a.tokens_out,
                 done_s: a.last.map(|last| ns_to_s(last.saturating_sub(a.first))),
                 service: service[c.first as usize..(c.first + c.count) as usize]
                     .iter()
                     .sum(),
+                delivery,
             };
             (c.name.clone(), figures)
         })
@@ -269,11 +274,6 @@ impl PerTenant {
             jain_slowdown: jain(&means),
         }
     }
-}
-
-/// Index of the nearest-rank quantile `q` of `n` sorted values.
-fn nearest_rank(n: usize, q: f64) -> usize {
-    ((q * n as f64).ceil() as usize).clamp(1, n) - 1
 }
 
 /// Jain's fairness index: (Σx)² ÷ (n Σx²); 1 when all are equal.
@@ -436,7 +436,48 @@ fn combine(runs: &[&Figures], pick: Pick) -> Figures {
                 .map_or_else(String::new, |r| r.fairness.unit.clone()),
             window_s: f(&|r| r.fairness.window_s),
         },
+        delivery: combine_delivery(runs.iter().map(|r| &r.delivery), pick),
+        provider_saturated_s: f(&|r| r.provider_saturated_s),
     }
+}
+
+/// `pick` of each delivery figure across runs.
+fn combine_delivery<'a>(ds: impl Iterator<Item = &'a Delivery> + Clone, pick: Pick) -> Delivery {
+    let f = |get: &dyn Fn(&Delivery) -> f64| pick_all(ds.clone().map(get), pick);
+    let count = |get: &dyn Fn(&Delivery) -> u64| f(&|d| get(d) as f64).round() as u64;
+    Delivery {
+        attempts: count(&|d| d.attempts),
+        unique_jobs: count(&|d| d.unique_jobs),
+        completed: count(&|d| d.completed),
+        given_up: count(&|d| d.given_up),
+        timed_out: count(&|d| d.timed_out),
+        refused: Refused {
+            limit: count(&|d| d.refused.limit),
+            rate: count(&|d| d.refused.rate),
+            budget: count(&|d| d.refused.budget),
+            provider: count(&|d| d.refused.provider),
+        },
+        amplification: f(&|d| d.amplification),
+        wasted_worker_s: f(&|d| d.wasted_worker_s),
+        // A run that never recovered counts as the slowest.
+        recovery_s: {
+            let v: Vec<Option<f64>> = ds.clone().map(|d| d.recovery_s).collect();
+            pick_recovery(&v, pick)
+        },
+        goodput_jobs_per_s: f(&|d| d.goodput_jobs_per_s),
+        goodput_tokens_out_per_s: f(&|d| d.goodput_tokens_out_per_s),
+    }
+}
+
+/// `pick` of recovery times where "never" (`None`) is longer than any.
+fn pick_recovery(v: &[Option<f64>], pick: Pick) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut sorted: Vec<f64> = v.iter().map(|r| r.unwrap_or(f64::INFINITY)).collect();
+    sorted.sort_by(f64::total_cmp);
+    let at = sorted[pick.index(sorted.len())];
+    at.is_finite().then_some(at)
 }
 
 fn combine_classes(runs: &[&Figures], pick: Pick) -> BTreeMap<String, ClassFigures> {
@@ -462,6 +503,7 @@ fn combine_classes(runs: &[&Figures], pick: Pick) -> BTreeMap<String, ClassFigur
                 tokens_out: count(&|c| c.tokens_out),
                 done_s: pick_opt(cs.iter().map(|c| c.done_s), pick),
                 service: f(&|c| c.service),
+                delivery: combine_delivery(cs.iter().map(|c| &c.delivery), pick),
             };
             (name.clone(), figures)
         })

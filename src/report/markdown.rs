@@ -48,6 +48,12 @@ impl MarkdownExporter {
             out.push_str("\n\nFairness among the tenants with work waiting throughout a window (medians of the runs):\n\n");
             out.push_str(&super::table::fairness_table(results, ASCII_MARKDOWN).to_string());
         }
+        if super::table::has_limits(results) {
+            out.push_str("\n\nClients and limits (medians of the runs; recovery: after the last burst, until the neighbours' rolling p95 wait is back within twice its value before the first):\n\n");
+            out.push_str(&super::table::delivery_table(results, ASCII_MARKDOWN).to_string());
+            out.push_str("\n\nWho was refused, per class (medians of the runs):\n\n");
+            out.push_str(&super::table::refusal_table(results, ASCII_MARKDOWN).to_string());
+        }
         out.push_str("\n\nThe harness's own error (medians of the runs):\n\n");
         out.push_str(&harness_table(results, ASCII_MARKDOWN).to_string());
         out.push('\n');

@@ -178,6 +178,105 @@ pub fn fairness_table(results: &LabResults, style: TableStyle) -> Table {
     table
 }
 
+/// Per strategy, the clients' side: how often jobs were sent, how they
+/// ended, where attempts were refused, the work nobody read, the provider's
+/// saturation, and how long the neighbours took to recover.
+pub fn delivery_table(results: &LabResults, style: TableStyle) -> Table {
+    let mut table = Table::new();
+    table.load_style(style);
+    table.set_header(vec![
+        "Strategy",
+        "Jobs",
+        "Attempts",
+        "Completed",
+        "Given up",
+        "Rejected",
+        "Timed out",
+        "Refused: limit / rate / budget / provider",
+        "Wasted worker-s",
+        "Provider saturated",
+        "Recovery",
+        "Goodput",
+    ]);
+    for s in &results.strategies {
+        let (m, d) = (&s.median, &s.median.delivery);
+        table.add_row(vec![
+            s.name.clone(),
+            count(d.unique_jobs),
+            format!("{} (×{:.2})", count(d.attempts), d.amplification),
+            count(d.completed),
+            count(d.given_up),
+            count(m.rejected),
+            count(d.timed_out),
+            refusals(&d.refused),
+            sig3(d.wasted_worker_s),
+            format!("{} s", sig3(m.provider_saturated_s)),
+            recovery(results, d.recovery_s),
+            format!("{} jobs/s", sig3(d.goodput_jobs_per_s)),
+        ]);
+    }
+    right_align(&mut table);
+    table
+}
+
+/// Per strategy and class: who was refused where, and what they got.
+pub fn refusal_table(results: &LabResults, style: TableStyle) -> Table {
+    let mut table = Table::new();
+    table.load_style(style);
+    table.set_header(vec![
+        "Strategy",
+        "Class",
+        "Jobs",
+        "Attempts",
+        "Completed",
+        "Given up or refused",
+        "Refused: limit / rate / budget / provider",
+        "Recovery",
+    ]);
+    for s in &results.strategies {
+        for (name, c) in &s.median.classes {
+            let d = &c.delivery;
+            table.add_row(vec![
+                s.name.clone(),
+                name.clone(),
+                count(d.unique_jobs),
+                count(d.attempts),
+                count(d.completed),
+                count(d.given_up + c.rejected + d.timed_out),
+                refusals(&d.refused),
+                recovery(results, d.recovery_s),
+            ]);
+        }
+    }
+    right_align_from(&mut table, 2);
+    table
+}
+
+fn refusals(r: &crate::results::Refused) -> String {
+    format!(
+        "{} / {} / {} / {}",
+        count(r.limit),
+        count(r.rate),
+        count(r.budget),
+        count(r.provider)
+    )
+}
+
+/// A recovery time, "never" (within the run), or "–" without a burst.
+fn recovery(results: &LabResults, r: Option<f64>) -> String {
+    match r {
+        Some(s) => format!("{} s", sig3(s)),
+        None if results.scenario.burst.is_empty() => "–".to_string(),
+        None => "never".to_string(),
+    }
+}
+
+/// Whether the lab had limits or clients that retry (see
+/// [`crate::scenario::Scenario::has_limits`]).
+pub fn has_limits(results: &LabResults) -> bool {
+    results.scenario.has_limits()
+}
+
 /// `n: a, b, c, …` for a list of tenant names, the first `shown` of them.
 fn names(list: &[String], shown: usize) -> String {
     if list.is_empty() {
@@ -276,6 +375,12 @@ impl Exporter for TableExporter {
             out.push_str(&fit_terminal(tenant_table(results, UTF8_FULL_CONDENSED)).to_string());
             out.push_str("\nFairness among the tenants with work waiting (medians of the runs):\n");
             out.push_str(&fit_terminal(fairness_table(results, UTF8_FULL_CONDENSED)).to_string());
+        }
+        if has_limits(results) {
+            out.push_str("\nClients and limits (medians of the runs):\n");
+            out.push_str(&fit_terminal(delivery_table(results, UTF8_FULL_CONDENSED)).to_string());
+            out.push_str("\nWho was refused, per class (medians of the runs):\n");
+            out.push_str(&fit_terminal(refusal_table(results, UTF8_FULL_CONDENSED)).to_string());
         }
         out.push('\n');
         for w in &results.warnings {

@@ -1,6 +1,7 @@
 //! The rules of a scenario that serde cannot express. Each failure names
 //! the key and says what was found and what is allowed.
 
+use super::limits::{Budget, Clients, Provider, RateLimit, Retry, RetryAfter};
 use super::{Dist, Group, JOB_RECORD_BYTES, MAX_JOBS_PER_RUN, Scenario};
 
 /// The offending key and why.
@@ -61,6 +62,7 @@ impl Scenario {
             );
         }
         self.check_strategies()?;
+        self.check_limits()?;
         let jobs = self.jobs_per_run();
         if jobs > MAX_JOBS_PER_RUN {
             return fail(
@@ -138,7 +140,13 @@ impl Scenario {
         }
         check_dist_opt(&format!("{key}.job_ms"), &g.job_ms, true)?;
         check_dist_opt(&format!("{key}.tokens_in"), &g.tokens_in, false)?;
-        check_dist_opt(&format!("{key}.tokens_out"), &g.tokens_out, false)
+        check_dist_opt(&format!("{key}.tokens_out"), &g.tokens_out, false)?;
+        check_front(
+            key,
+            g.rate_limit.as_ref(),
+            g.budget.as_ref(),
+            g.clients.as_ref(),
+        )
     }
 
     fn check_traces(&self) -> Result<(), Failure> {
@@ -265,6 +273,110 @@ impl Scenario {
             check_dist_opt(&format!("burst[{i}].job_ms"), &b.job_ms, true)?;
             check_dist_opt(&format!("burst[{i}].tokens_in"), &b.tokens_in, false)?;
             check_dist_opt(&format!("burst[{i}].tokens_out"), &b.tokens_out, false)?;
+            if let Some(over) = b.over_s
+                && !(over.is_finite() && over >= 0.0)
+            {
+                return fail(
+                    &format!("burst[{i}].over_s"),
+                    format!("must be 0 or more seconds, found {over}"),
+                );
+            }
+            check_front(
+                &format!("burst[{i}]"),
+                b.rate_limit.as_ref(),
+                b.budget.as_ref(),
+                b.clients.as_ref(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `[provider]`, `[clients]`, and the strategies' `retry_after`.
+    fn check_limits(&self) -> Result<(), Failure> {
+        if let Some(c) = &self.clients {
+            check_clients("clients", c)?;
+        }
+        if let Some(p) = &self.provider {
+            self.check_provider(p)?;
+        }
+        for (i, s) in self.strategy.iter().enumerate() {
+            if let Some(c) = &s.clients {
+                check_clients(&format!("strategy[{i}].clients"), c)?;
+            }
+            let Some(r) = s.retry_after else { continue };
+            let key = format!("strategy[{i}].retry_after");
+            if s.limit.is_none() {
+                return fail(
+                    &key,
+                    "is what a queue limit's refusal says, so it needs a limit (set limit = N)"
+                        .into(),
+                );
+            }
+            if let RetryAfter::Fixed { fixed_s } = r {
+                positive_seconds(&format!("{key}.fixed_s"), fixed_s)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_provider(&self, p: &Provider) -> Result<(), Failure> {
+        check_per_minute("provider", [p.rpm, p.input_tpm, p.output_tpm])?;
+        if let Some(b) = p.burst {
+            if p.rpm.is_none() {
+                return fail(
+                    "provider.burst",
+                    "is the request bucket's size, so it needs rpm".into(),
+                );
+            }
+            if !(b.is_finite() && b >= 1.0) {
+                return fail(
+                    "provider.burst",
+                    format!("must be at least 1 request, found {b}"),
+                );
+            }
+        }
+        if let Some(w) = p.window_s {
+            positive_seconds("provider.window_s", w)?;
+        }
+        if !(p.reject_ms.is_finite() && p.reject_ms >= 0.0) {
+            return fail(
+                "provider.reject_ms",
+                format!("must be 0 or more milliseconds, found {}", p.reject_ms),
+            );
+        }
+        let classes = self.population().classes;
+        let mut seen: Vec<(&str, usize)> = Vec::new();
+        for (i, w) in p.workspace.iter().enumerate() {
+            let key = |k: &str| format!("provider.workspace[{i}].{k}");
+            if w.name.trim().is_empty() {
+                return fail(&key("name"), "must not be empty".into());
+            }
+            check_per_minute(
+                &format!("provider.workspace[{i}]"),
+                [w.rpm, w.input_tpm, w.output_tpm],
+            )?;
+            if w.groups.is_empty() {
+                return fail(&key("groups"), "must name at least one class".into());
+            }
+            for g in &w.groups {
+                if !classes.iter().any(|c| c.name == *g) {
+                    let known: Vec<String> =
+                        classes.iter().map(|c| format!("{:?}", c.name)).collect();
+                    return fail(
+                        &key("groups"),
+                        format!("no class {g:?}; classes: {}", known.join(", ")),
+                    );
+                }
+                if let Some((_, j)) = seen.iter().find(|(n, _)| *n == g.as_str()) {
+                    return fail(
+                        &key("groups"),
+                        format!(
+                            "{g:?} is in provider.workspace[{j}] already; a class is in one workspace at most"
+                        ),
+                    );
+                }
+                seen.push((g, i));
+            }
         }
         Ok(())
     }
@@ -339,6 +451,129 @@ fn check_dist(key: &str, d: &Dist, tokens_ok: bool) -> Result<(), Failure> {
 
 fn check_dist_opt(key: &str, d: &Option<Dist>, tokens_ok: bool) -> Result<(), Failure> {
     d.as_ref().map_or(Ok(()), |d| check_dist(key, d, tokens_ok))
+}
+
+/// A group's or burst's `rate_limit`, `budget` and `clients`.
+fn check_front(
+    key: &str,
+    rate: Option<&RateLimit>,
+    budget: Option<&Budget>,
+    clients: Option<&Clients>,
+) -> Result<(), Failure> {
+    if let Some(r) = rate {
+        if !(r.per_s.is_finite() && r.per_s > 0.0) {
+            return fail(
+                &format!("{key}.rate_limit.per_s"),
+                format!(
+                    "must be a rate above 0 requests a second, found {}",
+                    r.per_s
+                ),
+            );
+        }
+        if let Some(b) = r.burst
+            && !(b.is_finite() && b >= 1.0)
+        {
+            return fail(
+                &format!("{key}.rate_limit.burst"),
+                format!("must be at least 1 request, found {b}"),
+            );
+        }
+    }
+    if let Some(b) = budget {
+        if !(b.tokens.is_finite() && b.tokens > 0.0) {
+            return fail(
+                &format!("{key}.budget.tokens"),
+                format!("must be more than 0 tokens, found {}", b.tokens),
+            );
+        }
+        if !(b.per_s.is_finite() && b.per_s >= 0.0) {
+            return fail(
+                &format!("{key}.budget.per_s"),
+                format!("must be 0 or more tokens a second, found {}", b.per_s),
+            );
+        }
+    }
+    clients.map_or(Ok(()), |c| check_clients(&format!("{key}.clients"), c))
+}
+
+fn check_clients(key: &str, c: &Clients) -> Result<(), Failure> {
+    let k = |name: &str| format!("{key}.{name}");
+    if c.retry == Retry::None {
+        for (name, set) in [
+            ("max_attempts", c.max_attempts.is_some()),
+            ("base_ms", c.base_ms.is_some()),
+            ("cap_ms", c.cap_ms.is_some()),
+            ("retry_budget", c.retry_budget.is_some()),
+        ] {
+            if set {
+                return fail(
+                    &k(name),
+                    "applies to retrying clients only (set retry = \"after\" or \"backoff\")"
+                        .into(),
+                );
+            }
+        }
+    }
+    if c.jitter != super::Jitter::None && c.retry != Retry::Backoff {
+        return fail(&k("jitter"), "applies to retry = \"backoff\" only".into());
+    }
+    if c.max_attempts == Some(0) {
+        return fail(&k("max_attempts"), "must be at least 1, found 0".into());
+    }
+    for (name, v) in [("base_ms", c.base_ms), ("cap_ms", c.cap_ms)] {
+        if let Some(v) = v
+            && !(v.is_finite() && v > 0.0)
+        {
+            return fail(
+                &k(name),
+                format!("must be more than 0 milliseconds, found {v}"),
+            );
+        }
+    }
+    let base = c.base_ms.unwrap_or(Clients::DEFAULT_BASE_MS);
+    if let Some(cap) = c.cap_ms
+        && cap < base
+    {
+        return fail(
+            &k("cap_ms"),
+            format!("must be at least base_ms ({base} ms), found {cap}"),
+        );
+    }
+    if let Some(t) = c.timeout_s {
+        positive_seconds(&k("timeout_s"), t)?;
+    }
+    if let Some(b) = c.retry_budget
+        && !(b.is_finite() && b >= 0.0)
+    {
+        return fail(
+            &k("retry_budget"),
+            format!(
+                "must be a share of 0 or more (0.2: retries up to 20 % of first attempts), found {b}"
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// At least one of requests, input and output tokens per minute, each above 0.
+fn check_per_minute(key: &str, limits: [Option<f64>; 3]) -> Result<(), Failure> {
+    if limits.iter().all(Option::is_none) {
+        return fail(
+            key,
+            "sets no limit: give rpm, input_tpm or output_tpm (per minute)".into(),
+        );
+    }
+    for (name, v) in ["rpm", "input_tpm", "output_tpm"].iter().zip(limits) {
+        if let Some(v) = v
+            && !(v.is_finite() && v > 0.0)
+        {
+            return fail(
+                &format!("{key}.{name}"),
+                format!("must be more than 0 a minute, found {v}"),
+            );
+        }
+    }
+    Ok(())
 }
 
 fn positive_seconds(key: &str, v: f64) -> Result<(), Failure> {

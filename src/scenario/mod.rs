@@ -11,10 +11,14 @@ use serde::{Deserialize, Serialize};
 
 mod check;
 pub mod dist;
+pub mod limits;
 pub mod population;
 pub mod trace;
 
 pub use dist::Dist;
+pub use limits::{
+    Budget, Clients, Jitter, Layer, OnTimeout, Provider, RateLimit, Retry, RetryAfter, Workspace,
+};
 pub use population::{ClassKind, ClassRange, Population};
 pub use trace::{Trace, TraceData, TraceRow};
 
@@ -60,6 +64,13 @@ pub struct Scenario {
     pub trace: Vec<Trace>,
     #[serde(default)]
     pub burst: Vec<Burst>,
+    /// The model provider's shared limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<Provider>,
+    /// How every tenant's clients retry and time out (a group's or burst's
+    /// own `clients` replaces it for its tenants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Clients>,
     pub strategy: Vec<Strategy>,
 }
 
@@ -72,6 +83,15 @@ pub struct Normal {
     pub rate_per_s: f64,
     #[serde(default)]
     pub arrivals: Arrivals,
+    /// A token bucket in front of the queue, per tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// A token budget, per tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// How its tenants' clients retry and time out (replaces `[clients]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Clients>,
 }
 
 /// A group of alike tenants: a class in the results.
@@ -103,6 +123,15 @@ pub struct Group {
     /// API keys each tenant spreads its jobs over, in turn (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keys: Option<u32>,
+    /// A token bucket in front of the queue, per tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// A token budget, per tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// How its tenants' clients retry and time out (replaces `[clients]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Clients>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -131,6 +160,19 @@ pub struct Burst {
     /// API keys the tenant spreads its jobs over, in turn (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keys: Option<u32>,
+    /// Spread the jobs evenly over this many seconds from `at_s` (default
+    /// 0: all at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over_s: Option<f64>,
+    /// A token bucket in front of the queue, per tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// A token budget, per tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// How its tenants' clients retry and time out (replaces `[clients]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Clients>,
 }
 
 /// What a queue's turns, caps and limits count: API keys or tenants.
@@ -178,6 +220,18 @@ pub struct Strategy {
     /// `false`: a `vtc` queue that ignores the groups' weights (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weighted: Option<bool>,
+    /// The retry-after a queue limit's refusal gives: `"drain"` (default)
+    /// or `{ fixed_s = N }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<RetryAfter>,
+    /// The front-door layers in force (`budget`, `rate_limit`, `workspace`);
+    /// every one the scenario defines by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<Vec<Layer>>,
+    /// Clients for this strategy's runs: replaces `[clients]` (a group's
+    /// or burst's own `clients` still wins), to compare client behaviours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Clients>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -259,7 +313,7 @@ pub fn built_in_text(name: &str) -> Option<&'static str> {
 /// ([`JOB_RECORD_BYTES`] each) would take more than 5 GiB.
 pub const MAX_JOBS_PER_RUN: u64 = 100_000_000;
 /// The size of the engine's record of one job (a test checks it).
-pub const JOB_RECORD_BYTES: u64 = 56;
+pub const JOB_RECORD_BYTES: u64 = 64;
 
 /// What is wrong with a scenario, as one line: `file[:line:col]: key: message`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -397,6 +451,29 @@ impl Scenario {
         out
     }
 
+    /// Whether any limit in front of or beyond the queue, or any client
+    /// that retries or times out, is in the scenario (else every job is
+    /// sent once, as in the post).
+    pub fn has_limits(&self) -> bool {
+        let front = |r: &Option<RateLimit>, b: &Option<Budget>, c: &Option<Clients>| {
+            r.is_some() || b.is_some() || c.is_some_and(|c| !c.is_plain())
+        };
+        self.provider.is_some()
+            || self.clients.is_some_and(|c| !c.is_plain())
+            || self
+                .groups()
+                .iter()
+                .any(|g| front(&g.rate_limit, &g.budget, &g.clients))
+            || self
+                .burst
+                .iter()
+                .any(|b| front(&b.rate_limit, &b.budget, &b.clients))
+            || self
+                .strategy
+                .iter()
+                .any(|s| s.retry_after.is_some() || s.clients.is_some_and(|c| !c.is_plain()))
+    }
+
     /// Every tenant group, `[normal]` first (as the group `normal`).
     pub fn groups(&self) -> Vec<Group> {
         let normal = self.normal.iter().map(|n| Group {
@@ -411,6 +488,9 @@ impl Scenario {
             tokens_out: None,
             weight: 1.0,
             keys: None,
+            rate_limit: n.rate_limit,
+            budget: n.budget,
+            clients: n.clients,
         });
         normal.chain(self.tenants.iter().cloned()).collect()
     }

@@ -83,4 +83,8 @@ impl Scheduler for Fair {
     fn take_over_cap(&mut self) -> Option<(TenantId, JobId)> {
         self.tenants.take_over()
     }
+
+    fn note(&mut self, job: JobId, _cost: f64, key: u32) {
+        self.tenants.note_key(job, key);
+    }
 }

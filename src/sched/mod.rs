@@ -52,6 +52,11 @@ pub trait Scheduler {
     fn take_over_cap(&mut self) -> Option<(TenantId, JobId)> {
         None
     }
+    /// Job `job`, about to be pushed, costs `cost` (for `vtc`) and was sent
+    /// with API key `key` (for key turns). Where jobs are known before the
+    /// run the scheduler is built with both instead; a run whose retries
+    /// interleave with its plan tells it job by job.
+    fn note(&mut self, _job: JobId, _cost: f64, _key: u32) {}
 }
 
 /// Limits shared by every discipline.
@@ -168,6 +173,13 @@ impl Tenants {
             turns: (0..tenants).map(|_| VecDeque::new()).collect(),
             waiting: vec![0; tenants],
         }));
+    }
+
+    /// With key turns: job `job` was sent with API key `key`.
+    pub(crate) fn note_key(&mut self, job: JobId, key: u32) {
+        if let Some(k) = &mut self.keys {
+            set_grown(&mut k.key_of, job, key);
+        }
     }
 
     /// The tenant's next job: its oldest, or with key turns the oldest of
@@ -379,4 +391,21 @@ impl Scheduler for AnyScheduler {
             AnyScheduler::Vtc(s) => s.take_over_cap(),
         }
     }
+
+    fn note(&mut self, job: JobId, cost: f64, key: u32) {
+        match self {
+            AnyScheduler::Fifo(_) => {}
+            AnyScheduler::Fair(s) => s.note(job, cost, key),
+            AnyScheduler::Vtc(s) => s.note(job, cost, key),
+        }
+    }
+}
+
+/// `table[i] = value`, growing the table (with defaults) to reach `i`.
+pub(crate) fn set_grown<T: Default + Clone>(table: &mut Vec<T>, i: JobId, value: T) {
+    let i = i as usize;
+    if i >= table.len() {
+        table.resize(i + 1, T::default());
+    }
+    table[i] = value;
 }

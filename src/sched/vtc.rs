@@ -141,4 +141,9 @@ impl Scheduler for Vtc {
         self.served(tenant, job);
         Some((tenant, job))
     }
+
+    fn note(&mut self, job: JobId, cost: f64, key: u32) {
+        super::set_grown(&mut self.cost, job, cost);
+        self.tenants.note_key(job, key);
+    }
 }

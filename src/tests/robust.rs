@@ -147,7 +147,7 @@ fn each_bad_scenario_gets_its_message() {
         ),
         (
             edit("jobs = 2000", "jobs = 4000000000"),
-            "x.toml: one run would plan 4000000480 jobs (about 213623 MiB of job records); at most 100000000 are allowed",
+            "x.toml: one run would plan 4000000480 jobs (about 244140 MiB of job records); at most 100000000 are allowed",
         ),
         (
             format!(
@@ -344,6 +344,10 @@ fn scenarios() -> impl Strategy<Value = Scenario> {
                         tokens_in: None,
                         tokens_out: None,
                         keys: None,
+                        over_s: None,
+                        rate_limit: None,
+                        budget: None,
+                        clients: None,
                     })
                     .collect();
                 s.strategy = strategies
@@ -358,6 +362,9 @@ fn scenarios() -> impl Strategy<Value = Scenario> {
                         cost_in: None,
                         cost_out: None,
                         weighted: None,
+                        retry_after: None,
+                        layers: None,
+                        clients: None,
                         reserve: None,
                         fair_by: None,
                     })

@@ -378,8 +378,8 @@ fn a_job_record_is_the_size_the_memory_estimate_uses() {
     );
     const {
         assert!(
-            noisylab::scenario::JOB_RECORD_BYTES < 64,
-            "under 64 bytes a job"
+            noisylab::scenario::JOB_RECORD_BYTES <= 64,
+            "one cache line a job at most"
         )
     };
 }

@@ -210,6 +210,9 @@ fn definition(scenario: &Scenario, s: &StrategyResults) -> Strategy {
             weighted: None,
             reserve: s.queue.reserve,
             fair_by: None,
+            retry_after: None,
+            layers: None,
+            clients: None,
         })
 }
 
@@ -280,7 +283,7 @@ fn predict_sampled(
         job.duration += cdf[i.min(cdf.len() - 1)].0;
     }
     let pool = lab::pool_for(scenario, def);
-    let (jobs, stats) = lab::run_virtual_plan(scenario, &pool, def, plan);
+    let (jobs, stats) = lab::run_virtual_plan(scenario, &pool, def, plan, run.seed);
     summary::run(scenario, def, &pool, run.seed, &jobs, &stats, false).figures
 }
 

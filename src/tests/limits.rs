@@ -1,0 +1,451 @@
+//! The AI product's limits and clients on the virtual clock: token buckets
+//! and windows admit exactly what their arithmetic allows, nothing is lost
+//! whatever the clients do, retries honour their retry-after, and the retry
+//! storm of `lab/retry-storm.toml` is metastable where the lab says so.
+
+use std::path::Path;
+
+use noisylab::engine::{Fate, JobRecord, NEVER, Nanos};
+use noisylab::lab;
+use noisylab::scenario::Scenario;
+use proptest::prelude::*;
+
+const ARTICLE: &str = include_str!("../../lab/article.toml");
+
+fn parse(text: &str) -> Result<Scenario, String> {
+    Scenario::parse(Path::new("x.toml"), text).map_err(|e| e.to_string())
+}
+
+fn load(name: &str) -> Scenario {
+    Scenario::load(Path::new(&format!("lab/{name}.toml"))).unwrap()
+}
+
+fn strategy<'a>(s: &'a Scenario, name: &str) -> &'a noisylab::scenario::Strategy {
+    s.strategy.iter().find(|d| d.name == name).unwrap()
+}
+
+/// One tenant, one worker-rich pool, a rate limit of 5 a second (bursts
+/// of 10) and, after `extra`, one strategy.
+fn one_tenant(extra: &str) -> Scenario {
+    parse(&format!(
+        r#"
+name = "bucket"
+runs = 1
+workers = 1000
+job_ms = 1
+traffic_s = 10
+
+[[tenants]]
+name = "t"
+count = 1
+rate_per_s = 1000
+rate_limit = {{ per_s = 5, burst = 10 }}
+{extra}
+
+[[strategy]]
+name = "fifo"
+queue = "fifo"
+"#
+    ))
+    .unwrap()
+}
+
+/// A job every millisecond from t = 0 for ten seconds.
+fn every_ms(tenant: u32) -> Vec<JobRecord> {
+    (0..10_000u64)
+        .map(|i| JobRecord::planned(tenant, i * 1_000_000, 1_000_000))
+        .collect()
+}
+
+#[test]
+fn a_token_bucket_facing_saturating_demand_admits_burst_plus_rate_times_t() {
+    let s = one_tenant("");
+    let def = &s.strategy[0];
+    let pool = lab::pool_for(&s, def);
+    let (jobs, stats) = lab::run_virtual_plan(&s, &pool, def, every_ms(0), 1);
+    let admitted: Vec<Nanos> = jobs
+        .iter()
+        .filter(|j| j.fate == Fate::Ran)
+        .map(|j| j.enqueued)
+        .collect();
+    // The 10 in the bucket go to the first 10 jobs (0-9 ms); then one every
+    // 200 ms: by 9.999 s, 10 + floor(5 x 9.999) = 59.
+    assert_eq!(admitted.len(), 59, "{:?}", &admitted[..12]);
+    assert_eq!(
+        stats.refused[1],
+        10_000 - 59,
+        "the rest refused by the rate limit"
+    );
+    // And over every prefix [0, t]: 10 + floor(5 t), once t is past the burst.
+    for (k, &at) in admitted.iter().enumerate().skip(10) {
+        let expected_by = 10 + (5 * at / 1_000_000_000) as usize;
+        assert_eq!(k + 1, expected_by, "the {}th admission at {at} ns", k + 1);
+    }
+}
+
+/// Calls that passed the provider: (start instant, input, output tokens).
+fn passed(jobs: &[JobRecord]) -> Vec<(Nanos, f64, f64)> {
+    let mut v: Vec<_> = jobs
+        .iter()
+        .filter(|j| j.started != NEVER && matches!(j.fate, Fate::Ran | Fate::Wasted))
+        .map(|j| (j.started, f64::from(j.tokens_in), f64::from(j.tokens_out)))
+        .collect();
+    v.sort_by_key(|p| p.0);
+    v
+}
+
+/// The most that passed in any window of `w` ns, by `amount`, over every
+/// window that starts at a call.
+fn busiest(
+    calls: &[(Nanos, f64, f64)],
+    w: Nanos,
+    amount: impl Fn(&(Nanos, f64, f64)) -> f64,
+) -> f64 {
+    let (mut hi, mut sum, mut best) = (0, 0.0, 0.0f64);
+    for lo in 0..calls.len() {
+        while hi < calls.len() && calls[hi].0 < calls[lo].0 + w {
+            sum += amount(&calls[hi]);
+            hi += 1;
+        }
+        best = best.max(sum);
+        sum -= amount(&calls[lo]);
+    }
+    best
+}
+
+#[test]
+fn the_provider_never_admits_more_than_its_limits_allow_in_any_window() {
+    let s = load("provider");
+    let def = strategy(&s, "Shared FIFO");
+    let (jobs, stats) = lab::run_virtual(&s, def, s.seed);
+    assert!(
+        stats.refused[3] > 1_000,
+        "the import saturates the provider"
+    );
+    let calls = passed(&jobs);
+    let minute: Nanos = 60_000_000_000;
+    // Buckets of a minute's capacity: at most capacity + rate x t in any t.
+    for (w, secs) in [(minute, 60.0), (minute / 6, 10.0), (minute / 60, 1.0)] {
+        let requests = busiest(&calls, w, |_| 1.0);
+        let input = busiest(&calls, w, |c| c.1);
+        assert!(
+            requests <= 1_000.0 + 1_000.0 * secs / 60.0,
+            "{requests} requests in {secs} s"
+        );
+        assert!(
+            input <= 1e6 + 1e6 * secs / 60.0,
+            "{input} input tokens in {secs} s"
+        );
+    }
+    // The bucket does let a minute's worth through on top of the refill:
+    // more than rpm in some 60 s window (a sliding window would not).
+    assert!(busiest(&calls, minute, |_| 1.0) > 1_000.0);
+
+    // Checked over 10 s windows at the minute's rate, output reserved at the
+    // start: never more than a sixth of each limit in any 10 s, so never
+    // more than the limit in any minute.
+    let text = std::fs::read_to_string("lab/provider.toml")
+        .unwrap()
+        .replace(
+            "reject_ms = 100",
+            "reject_ms = 100\nwindow_s = 10\nreserve_output = true",
+        );
+    let windowed_s = Scenario::parse(Path::new("lab/provider.toml"), &text).unwrap();
+    let def = strategy(&windowed_s, "Shared FIFO");
+    let (jobs, stats) = lab::run_virtual(&windowed_s, def, windowed_s.seed);
+    assert!(stats.refused[3] > 1_000);
+    let calls = passed(&jobs);
+    let ten_s: Nanos = 10_000_000_000;
+    let eps = 1e-6;
+    assert!(busiest(&calls, ten_s, |_| 1.0) <= 1_000.0 / 6.0 + eps);
+    assert!(busiest(&calls, ten_s, |c| c.1) <= 1e6 / 6.0 + eps);
+    assert!(busiest(&calls, ten_s, |c| c.2) <= 2e5 / 6.0 + eps);
+    assert!(busiest(&calls, minute, |_| 1.0) <= 1_000.0 + eps);
+    assert!(busiest(&calls, minute, |c| c.1) <= 1e6 + eps);
+}
+
+/// Each class's jobs are parted by how they ended, and every attempt ended.
+fn check_nothing_lost(s: &Scenario) {
+    let r = lab::virtual_lab(s.clone());
+    for st in &r.strategies {
+        for run in &st.runs {
+            let f = &run.figures;
+            for (name, c) in f
+                .classes
+                .iter()
+                .chain([(&"all".to_string(), &class_of_total(f))])
+            {
+                let d = &c.delivery;
+                assert_eq!(
+                    d.unique_jobs,
+                    d.completed + d.given_up + c.rejected + d.timed_out,
+                    "{}: {name}: {d:?}",
+                    st.name
+                );
+                let r = &d.refused;
+                assert!(d.attempts >= d.unique_jobs);
+                assert!(r.limit + r.rate + r.budget + r.provider <= d.attempts - d.completed);
+            }
+        }
+    }
+    for def in &s.strategy {
+        let (jobs, _) = lab::run_virtual(s, def, s.seed);
+        for j in &jobs {
+            assert_ne!(
+                j.fate,
+                Fate::Pending,
+                "{}: an attempt never resolved: {j:?}",
+                def.name
+            );
+            assert_ne!(j.enqueued, NEVER, "{}: a retry never sent", def.name);
+            if j.attempt > 1 {
+                let first = &jobs[j.origin as usize];
+                assert_eq!((first.tenant, first.attempt), (j.tenant, 1));
+            }
+        }
+    }
+}
+
+/// The run's totals as a class, for the same check.
+fn class_of_total(f: &noisylab::results::Figures) -> noisylab::results::ClassFigures {
+    let mut c = f.classes.values().next().unwrap().clone();
+    c.delivery = f.delivery.clone();
+    c.rejected = f.rejected;
+    c
+}
+
+prop_compose! {
+    fn clients()(
+        retry in prop_oneof![Just("none"), Just("after"), Just("backoff")],
+        jitter in prop_oneof![Just("none"), Just("full"), Just("equal"), Just("decorrelated")],
+        attempts in 1u32..5,
+        timeout in prop::option::of(1u32..30),
+        waste in any::<bool>(),
+        budget in prop::option::of(0u32..3),
+        honour in any::<bool>(),
+    ) -> String {
+        let mut c = format!("retry = \"{retry}\"");
+        if retry != "none" {
+            c += &format!(", max_attempts = {attempts}, base_ms = 50, cap_ms = 2000, honour_retry_after = {honour}");
+            if retry == "backoff" {
+                c += &format!(", jitter = \"{jitter}\"");
+            }
+            if let Some(b) = budget {
+                c += &format!(", retry_budget = {}", f64::from(b) / 4.0);
+            }
+        }
+        if let Some(t) = timeout {
+            c += &format!(", timeout_s = {}, on_timeout = \"{}\"", f64::from(t) / 10.0, if waste { "waste" } else { "cancel" });
+        }
+        c
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Whatever the clients and limits: jobs = completed + given up +
+    /// rejected + timed out, per class and in all, and every attempt ends.
+    #[test]
+    fn nothing_is_lost_under_any_retry_policy(
+        normal in clients(),
+        noisy in clients(),
+        limit in prop::option::of(5u32..60),
+        rate in prop::option::of(1u32..20),
+        rpm in prop::option::of(300u32..3000),
+        reject_ms in 0u32..50,
+        fixed in any::<bool>(),
+        queue in prop_oneof![Just("fifo"), Just("fair"), Just("vtc")],
+    ) {
+        let mut text = ARTICLE
+            .replace("runs = 3 ", "runs = 2 ")
+            .replace("jobs = 2000", &format!("jobs = 300\nclients = {{ {noisy} }}"));
+        text = text[..text.find("[[strategy]]").unwrap()].to_string();
+        text += &format!("\n[clients]\n{}\n", normal.replace(", ", "\n"));
+        if let Some(r) = rpm {
+            text += &format!("\n[provider]\nrpm = {r}\ninput_tpm = 1e9\nreject_ms = {reject_ms}\n");
+        }
+        text += &format!("\n[[strategy]]\nname = \"s\"\nqueue = \"{queue}\"\n");
+        if let Some(l) = limit {
+            text += &format!("limit = {l}\n");
+            if fixed {
+                text += "retry_after = { fixed_s = 1 }\n";
+            }
+        }
+        if let Some(r) = rate {
+            text = text.replace("rate_per_s = 2.0", &format!("rate_per_s = 2.0\nrate_limit = {{ per_s = {r} }}"));
+        }
+        let s = Scenario::parse(Path::new("random.toml"), &text).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+        check_nothing_lost(&s);
+    }
+}
+
+#[test]
+fn the_lab_scenarios_lose_nothing() {
+    for name in ["provider", "layers", "retry-storm"] {
+        check_nothing_lost(&load(name));
+    }
+}
+
+#[test]
+fn an_honoured_retry_after_is_never_cut_short() {
+    // Queue limit 50 with a fixed retry-after of 1 s; the clients' own
+    // backoff (10 ms doubling) is shorter, so the retry-after sets the delay.
+    let text = ARTICLE.replace("jobs = 2000", "jobs = 2000\nclients = { retry = \"backoff\", jitter = \"full\", base_ms = 10, max_attempts = 6 }")
+        .replace("limit = 100", "limit = 50\nretry_after = { fixed_s = 1 }");
+    let s = Scenario::parse(Path::new("x.toml"), &text).unwrap();
+    let def = strategy(&s, "Fair queue, queue limit 100");
+    let (jobs, stats) = lab::run_virtual(&s, def, s.seed);
+    assert!(stats.refused[0] > 1_000);
+    // Each retry's previous attempt: the latest of the same job before it.
+    let mut prev: Vec<Option<usize>> = vec![None; jobs.len()];
+    let mut last_of: std::collections::HashMap<u32, usize> = Default::default();
+    for (i, j) in jobs.iter().enumerate() {
+        if j.attempt > 1 {
+            prev[i] = last_of.get(&j.origin).copied();
+        }
+        last_of.insert(j.origin, i);
+    }
+    let mut retries = 0;
+    for (i, j) in jobs.iter().enumerate().filter(|(_, j)| j.attempt > 1) {
+        let p = &jobs[prev[i].expect("a retry follows an attempt")];
+        assert_eq!(
+            p.fate,
+            Fate::Refused(noisylab::engine::traffic::Refusal::Limit)
+        );
+        assert!(
+            j.enqueued >= p.enqueued + 1_000_000_000,
+            "a retry {} ns after its refusal",
+            j.enqueued - p.enqueued
+        );
+        retries += 1;
+    }
+    assert!(retries > 1_000, "{retries} retries");
+}
+
+#[test]
+fn retrying_clients_change_nothing_where_nothing_is_refused() {
+    // The post's lab with clients that retry: the strategies without a
+    // queue limit refuse nothing, so every figure of theirs is as before
+    // (the run takes the clients' path, with its own job ids, all the same).
+    let plain = lab::virtual_lab(parse(ARTICLE).unwrap());
+    let retrying = lab::virtual_lab(
+        parse(&format!(
+            "{ARTICLE}\n[clients]\nretry = \"after\"\ntimeout_s = 3600\n"
+        ))
+        .unwrap(),
+    );
+    for (a, b) in plain.strategies.iter().zip(&retrying.strategies).take(4) {
+        assert_eq!(a.median, b.median, "{}", a.name);
+        assert_eq!(a.runs, b.runs, "{}", a.name);
+    }
+    // The limit's refusals come back: more attempts than jobs.
+    let limited = &retrying.strategies[4].median.delivery;
+    assert!(limited.attempts > limited.unique_jobs, "{limited:?}");
+}
+
+#[test]
+fn the_retry_storm_is_metastable_without_jitter_and_recovers_with_a_retry_budget() {
+    let s = load("retry-storm");
+    let r = lab::virtual_lab(s.clone());
+    let by = |name: &str| r.strategies.iter().find(|x| x.name == name).unwrap();
+    let burst_s = s.burst[0].over_s.unwrap();
+    let after_burst = s.traffic_s - s.burst[0].at_s - burst_s;
+    assert!(after_burst >= 10.0 * burst_s);
+    // Timeouts shorter than the burst's queue wait, retries with no jitter,
+    // work nobody reads: the neighbours never recover within the run, at
+    // least 10 x the burst's length after it ends, in every run.
+    for name in [
+        "Retry after 1 s, no jitter",
+        "Backoff, no jitter",
+        "Backoff, full jitter",
+    ] {
+        let st = by(name);
+        for run in &st.runs {
+            assert_eq!(run.figures.delivery.recovery_s, None, "{name}");
+            assert!(run.figures.delivery.amplification > 3.0, "{name}");
+        }
+    }
+    // A retry budget, or clients that cancel: every run recovers, as the
+    // clients that never retry do.
+    for name in [
+        "Send once, wait",
+        "Full jitter, retry budget 10 %, drain retry-after",
+        "Retry after 1 s, no jitter, cancel",
+    ] {
+        for run in &by(name).runs {
+            assert!(run.figures.delivery.recovery_s.is_some(), "{name}");
+        }
+    }
+}
+
+#[test]
+fn bad_limits_get_one_line_naming_the_key() {
+    let base = ARTICLE
+        .replace("[[strategy]]", "PLACE\n[[strategy]]")
+        .replacen("PLACE\n", "", 4);
+    let with = |extra: &str| base.replacen("PLACE", extra, 1);
+    let cases = [
+        (
+            with("[provider]\nreject_ms = 5"),
+            "provider: sets no limit: give rpm, input_tpm or output_tpm (per minute)",
+        ),
+        (
+            with("[provider]\nrpm = 0"),
+            "provider.rpm: must be more than 0 a minute, found 0",
+        ),
+        (
+            with("[provider]\ninput_tpm = 100\nburst = 5"),
+            "provider.burst: is the request bucket's size, so it needs rpm",
+        ),
+        (
+            with(
+                "[provider]\nrpm = 10\n[[provider.workspace]]\nname = \"w\"\ngroups = [\"nobody\"]\nrpm = 5",
+            ),
+            "provider.workspace[0].groups: no class \"nobody\"; classes: \"normal\", \"noisy\"",
+        ),
+        (
+            with("[clients]\njitter = \"full\""),
+            "clients.jitter: applies to retry = \"backoff\" only",
+        ),
+        (
+            with("[clients]\nmax_attempts = 3"),
+            "clients.max_attempts: applies to retrying clients only (set retry = \"after\" or \"backoff\")",
+        ),
+        (
+            with("[clients]\nretry = \"backoff\"\nbase_ms = 500\ncap_ms = 100"),
+            "clients.cap_ms: must be at least base_ms (500 ms), found 100",
+        ),
+        (
+            with("[clients]\nretry = \"sometimes\""),
+            "clients.retry: unknown value `sometimes`; allowed: `none`, `after`, `backoff`",
+        ),
+        (
+            ARTICLE.replace(
+                "rate_per_s = 2.0",
+                "rate_per_s = 2.0\nrate_limit = { per_s = 0 }",
+            ),
+            "normal.rate_limit.per_s: must be a rate above 0 requests a second, found 0",
+        ),
+        (
+            ARTICLE.replace("jobs = 2000", "jobs = 2000\nbudget = { tokens = -1 }"),
+            "burst[0].budget.tokens: must be more than 0 tokens, found -1",
+        ),
+        (
+            ARTICLE.replacen(
+                "queue = \"fifo\"",
+                "queue = \"fifo\"\nretry_after = { fixed_s = 1 }",
+                1,
+            ),
+            "strategy[0].retry_after: is what a queue limit's refusal says, so it needs a limit (set limit = N)",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = parse(&text).expect_err(want);
+        assert!(
+            err.ends_with(want) || err.contains(want),
+            "got {err:?}, want {want:?}"
+        );
+        assert!(!err.contains('\n'), "one line: {err:?}");
+    }
+}
