@@ -26,10 +26,12 @@ test:
 	$(CARGO) test --locked --all-targets
 
 # Scheduler cost by tenant count (ours beside the naive scans), the virtual
-# article lab, and the scale scenario's wall time and memory.
+# article lab, and the scale scenario's wall time and memory, without and
+# with the provider's limits and retrying clients.
 bench: build
 	$(CARGO) bench --locked --bench sched
 	$(BIN) run lab/scale.toml --clock virtual --format json > /dev/null
+	$(BIN) run lab/scale-limits.toml --clock virtual --format json > /dev/null
 
 calibrate: build
 	$(BIN) calibrate

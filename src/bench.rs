@@ -258,3 +258,32 @@ reserve = 4
     let progress = noisylab::output::progress::Progress::hidden();
     b.bench_local(|| divan::black_box(noisylab::lab::run(&plan, &never, &progress).unwrap()));
 }
+
+/// The article lab with retrying clients: every client retries with
+/// full-jitter backoff, 5 attempts in all, so the queue limit's refusals
+/// come back (9,440 attempts for its 2,480 jobs); and the same clients
+/// giving up waiting after 2 s and leaving their jobs to run unread, a
+/// storm (about 4 attempts a job under every strategy).
+#[divan::bench(args = ["backoff", "backoff-timeout-waste"], sample_count = 10)]
+fn virtual_article_retrying(b: divan::Bencher, clients: &str) {
+    let timeout = match clients {
+        "backoff" => "",
+        _ => "timeout_s = 2\non_timeout = \"waste\"\n",
+    };
+    let clients =
+        format!("\n[clients]\nretry = \"backoff\"\njitter = \"full\"\nmax_attempts = 5\n{timeout}");
+    let text = format!(
+        "{}{clients}",
+        noisylab::scenario::built_in_text("article").unwrap()
+    );
+    let scenario = noisylab::scenario::Scenario::parse(Path::new("article+"), &text).unwrap();
+    let plan = noisylab::lab::LabPlan {
+        scenario,
+        clock: noisylab::results::ClockKind::Virtual,
+        timer: Default::default(),
+        keep_raw: false,
+    };
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let progress = noisylab::output::progress::Progress::hidden();
+    b.bench_local(|| divan::black_box(noisylab::lab::run(&plan, &never, &progress).unwrap()));
+}

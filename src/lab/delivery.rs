@@ -138,7 +138,9 @@ fn finish(d: &mut Delivery, lab_s: f64) {
     d.goodput_tokens_out_per_s /= lab_s;
 }
 
-/// Rolling p95 waits before and after the bursts.
+/// Rolling p95 waits before and after the bursts: windows that hold about
+/// [`WINDOW_JOBS`] of the class's jobs (at least a second, at most the time
+/// before the first burst), a quarter window apart.
 struct Recovery {
     first_burst: Nanos,
     last_burst_end: Nanos,
@@ -185,7 +187,11 @@ impl Recovery {
             return None;
         }
         let rate = waits.len() as f64 / (self.traffic_end as f64 / 1e9);
-        let window = (((WINDOW_JOBS / rate.max(1e-9)) * 1e9) as Nanos).max(MIN_WINDOW_NS);
+        // Long enough for about 100 of the class's jobs, short enough that
+        // the time before the first burst holds one.
+        let window = (((WINDOW_JOBS / rate.max(1e-9)) * 1e9) as Nanos)
+            .max(MIN_WINDOW_NS)
+            .min(self.first_burst.max(1));
         let step = (window / 4).max(1);
         // The p95 of the window ending at `t`, if it holds any job.
         let rolling = |t: Nanos| {
