@@ -218,7 +218,8 @@ pub struct ClassFigures {
     pub wait_ms: Percentiles,
     /// (wait + duration) ÷ duration: 1 when a job never waits.
     pub slowdown: Slowdown,
-    /// Jobs the class submitted (started or rejected).
+    /// Attempts the class sent (started or not): its jobs, and with
+    /// retrying clients their retries too (`unique_jobs` counts each once).
     pub jobs: u64,
     pub rejected: u64,
     /// Tokens of the jobs that ran.

@@ -244,7 +244,12 @@ pub fn refusal_table(results: &LabResults, style: TableStyle) -> Table {
                 count(d.completed),
                 count(d.given_up + c.rejected + d.timed_out),
                 refusals(&d.refused),
-                recovery(results, d.recovery_s),
+                if results.scenario.burst.iter().any(|b| b.tenant == *name) {
+                    // A bursting tenant's own waits are not measured for it.
+                    "–".to_string()
+                } else {
+                    recovery(results, d.recovery_s)
+                },
             ]);
         }
     }
