@@ -188,6 +188,28 @@ fn virtual_article_lab(b: divan::Bencher) {
     });
 }
 
+/// Time a whole lab on the virtual clock, summaries included.
+fn bench_lab(b: divan::Bencher, scenario: noisylab::scenario::Scenario) {
+    let plan = noisylab::lab::LabPlan {
+        scenario,
+        clock: noisylab::results::ClockKind::Virtual,
+        timer: Default::default(),
+        keep_raw: false,
+    };
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let progress = noisylab::output::progress::Progress::hidden();
+    b.bench_local(|| divan::black_box(noisylab::lab::run(&plan, &never, &progress).unwrap()));
+}
+
+/// The article scenario with `extra` TOML after it.
+fn article_with(extra: &str) -> noisylab::scenario::Scenario {
+    let text = format!(
+        "{}{extra}",
+        noisylab::scenario::built_in_text("article").unwrap()
+    );
+    noisylab::scenario::Scenario::parse(Path::new("article+"), &text).unwrap()
+}
+
 /// Whole labs on the virtual clock, summaries included (what `noisylab run
 /// --clock virtual` computes): the article lab, the AI product's traffic,
 /// and the Azure conversation trace, its first ten minutes and all of it.
@@ -198,15 +220,7 @@ fn virtual_article_lab(b: divan::Bencher) {
 fn virtual_lab(b: divan::Bencher, name: &str) {
     let path = format!("lab/{name}.toml");
     let scenario = noisylab::scenario::Scenario::load(Path::new(&path)).unwrap();
-    let plan = noisylab::lab::LabPlan {
-        scenario,
-        clock: noisylab::results::ClockKind::Virtual,
-        timer: Default::default(),
-        keep_raw: false,
-    };
-    let never = std::sync::atomic::AtomicBool::new(false);
-    let progress = noisylab::output::progress::Progress::hidden();
-    b.bench_local(|| divan::black_box(noisylab::lab::run(&plan, &never, &progress).unwrap()));
+    bench_lab(b, scenario);
 }
 
 /// The article lab with every discipline of the fairness issue beside the
@@ -242,21 +256,9 @@ queue = "vtc"
 cap = 4
 reserve = 4
 "#;
-    let text = format!(
-        "{}{extra}",
-        noisylab::scenario::built_in_text("article").unwrap()
-    );
-    let scenario = noisylab::scenario::Scenario::parse(Path::new("article+"), &text).unwrap();
+    let scenario = article_with(extra);
     assert_eq!(scenario.strategy.len(), 10);
-    let plan = noisylab::lab::LabPlan {
-        scenario,
-        clock: noisylab::results::ClockKind::Virtual,
-        timer: Default::default(),
-        keep_raw: false,
-    };
-    let never = std::sync::atomic::AtomicBool::new(false);
-    let progress = noisylab::output::progress::Progress::hidden();
-    b.bench_local(|| divan::black_box(noisylab::lab::run(&plan, &never, &progress).unwrap()));
+    bench_lab(b, scenario);
 }
 
 /// The article lab with retrying clients: every client retries with
@@ -272,18 +274,5 @@ fn virtual_article_retrying(b: divan::Bencher, clients: &str) {
     };
     let clients =
         format!("\n[clients]\nretry = \"backoff\"\njitter = \"full\"\nmax_attempts = 5\n{timeout}");
-    let text = format!(
-        "{}{clients}",
-        noisylab::scenario::built_in_text("article").unwrap()
-    );
-    let scenario = noisylab::scenario::Scenario::parse(Path::new("article+"), &text).unwrap();
-    let plan = noisylab::lab::LabPlan {
-        scenario,
-        clock: noisylab::results::ClockKind::Virtual,
-        timer: Default::default(),
-        keep_raw: false,
-    };
-    let never = std::sync::atomic::AtomicBool::new(false);
-    let progress = noisylab::output::progress::Progress::hidden();
-    b.bench_local(|| divan::black_box(noisylab::lab::run(&plan, &never, &progress).unwrap()));
+    bench_lab(b, article_with(&clients));
 }
