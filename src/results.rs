@@ -140,9 +140,6 @@ pub struct Figures {
     /// What the clients got: attempts, outcomes, refusals by layer.
     #[serde(flatten)]
     pub delivery: Delivery,
-    /// Lab time during which the provider had told some caller to wait.
-    #[serde(default)]
-    pub provider_saturated_s: f64,
 }
 
 /// Every job's fate from its clients' side, with retries (files from
@@ -166,6 +163,9 @@ pub struct Delivery {
     pub timed_out: u64,
     /// Attempts refused, by where.
     pub refused: Refused,
+    /// Lab time during which the provider had told some caller (of the
+    /// class) to wait: the union of its retry-afters.
+    pub provider_saturated_s: f64,
     /// Attempts ÷ jobs.
     pub amplification: f64,
     /// Worker time spent on jobs nobody read (their client had timed out),

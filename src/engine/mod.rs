@@ -173,8 +173,10 @@ pub struct RunStats {
     pub rejected: u64,
     /// Attempts refused, by [`Refusal`]: limit, rate, budget, provider.
     pub refused: [u64; 4],
-    /// Lab time during which the provider had told some caller to wait.
+    /// Lab time during which the provider had told some caller to wait,
+    /// and some caller of each class (by class index).
     pub provider_saturated_ns: Nanos,
+    pub provider_saturated_ns_by_class: Vec<Nanos>,
     /// Worker time spent on calls the provider refused (`reject_ms` each).
     pub reject_hold_ns: u128,
     /// Largest retry-after hint handed out with a rejection, in seconds.
@@ -238,13 +240,15 @@ pub async fn run<C: Clock, S: Scheduler>(
             retries: BinaryHeap::new(),
             timeouts: BinaryHeap::new(),
             delay: Vec::new(),
-            saturated_until: 0,
+            saturated: Saturation::default(),
+            saturated_by_class: vec![Saturation::default(); p.clients.len()],
         }),
         stats: RunStats {
             dispatch_floor: stats::new_histogram(),
             rejected: 0,
             refused: [0; 4],
             provider_saturated_ns: 0,
+            provider_saturated_ns_by_class: Vec::new(),
             reject_hold_ns: 0,
             retry_after_s_max: 0,
             waiting_ns: 0,
@@ -271,8 +275,24 @@ struct Clients<'a> {
     timeouts: BinaryHeap<Reverse<(Nanos, JobId)>>,
     /// The delay that led to each attempt (0 for a first attempt), by id.
     delay: Vec<Nanos>,
-    /// The end of the latest retry-after the provider gave.
-    saturated_until: Nanos,
+    /// The provider's retry-afters, for anyone and for each class.
+    saturated: Saturation,
+    saturated_by_class: Vec<Saturation>,
+}
+
+/// The union of the intervals a provider told callers to wait, as they come
+/// (each starting no earlier than the one before).
+#[derive(Debug, Clone, Copy, Default)]
+struct Saturation {
+    until: Nanos,
+    total: Nanos,
+}
+
+impl Saturation {
+    fn add(&mut self, from: Nanos, until: Nanos) {
+        self.total += until.saturating_sub(from.max(self.until));
+        self.until = self.until.max(until);
+    }
 }
 
 struct Engine<'a, C, S> {
@@ -515,9 +535,9 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         {
             // The provider is saturated from now until its retry-after ends.
             let until = now.saturating_add(wait.unwrap_or(0));
-            let from = now.max(c.saturated_until);
-            self.stats.provider_saturated_ns += until.saturating_sub(from);
-            c.saturated_until = c.saturated_until.max(until);
+            let class = c.traffic.class_of(self.jobs[id as usize].tenant);
+            c.saturated.add(now, until);
+            c.saturated_by_class[class].add(now, until);
         }
         self.follow_up(now, id, wait);
     }
@@ -616,6 +636,11 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         self.stats.idle_worker_ns_while_waiting_in_traffic =
             self.occupancy.idle_worker_ns_in_traffic;
         self.stats.samples = std::mem::take(&mut self.occupancy.samples);
+        if let Some(c) = &self.clients {
+            self.stats.provider_saturated_ns = c.saturated.total;
+            self.stats.provider_saturated_ns_by_class =
+                c.saturated_by_class.iter().map(|s| s.total).collect();
+        }
         (self.jobs, self.stats)
     }
 }

@@ -164,6 +164,11 @@ impl<'a> Traffic<'a> {
         self.plan
     }
 
+    /// The tenant's class index.
+    pub fn class_of(&self, tenant: TenantId) -> usize {
+        self.plan.class_of[tenant as usize] as usize
+    }
+
     pub fn client(&self, tenant: TenantId) -> &ClientPlan {
         &self.plan.clients[self.plan.class_of[tenant as usize] as usize]
     }

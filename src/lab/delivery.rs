@@ -72,6 +72,10 @@ pub fn measure(
     let mut total = Delivery::default();
     for (k, d) in classes.iter_mut().enumerate() {
         add(&mut total, d);
+        d.provider_saturated_s = stats
+            .provider_saturated_ns_by_class
+            .get(k)
+            .map_or(0.0, |&ns| ns as f64 / 1e9);
         finish(d, lab_s);
         d.recovery_s = recovery.as_ref().and_then(|r| {
             (population.classes[k].kind != ClassKind::Burst)
@@ -80,6 +84,7 @@ pub fn measure(
         });
     }
     total.wasted_worker_s += stats.reject_hold_ns as f64 / 1e9;
+    total.provider_saturated_s = stats.provider_saturated_ns as f64 / 1e9;
     finish(&mut total, lab_s);
     total.recovery_s =
         recovery.and_then(|r| r.after_burst(jobs, |j| j.tenant < population.non_burst));

@@ -110,7 +110,6 @@ pub fn run(
         tenants: per_tenant.figures(&population, scenario.alert_p95_ms),
         fairness,
         delivery: delivery.total,
-        provider_saturated_s: ns_to_s(stats.provider_saturated_ns),
     };
     let raw = keep_raw.then(|| raw_run(&m, pool, jobs, stats, &per_tenant));
     RunResult { seed, figures, raw }
@@ -437,7 +436,6 @@ fn combine(runs: &[&Figures], pick: Pick) -> Figures {
             window_s: f(&|r| r.fairness.window_s),
         },
         delivery: combine_delivery(runs.iter().map(|r| &r.delivery), pick),
-        provider_saturated_s: f(&|r| r.provider_saturated_s),
     }
 }
 
@@ -458,6 +456,7 @@ fn combine_delivery<'a>(ds: impl Iterator<Item = &'a Delivery> + Clone, pick: Pi
             provider: count(&|d| d.refused.provider),
         },
         amplification: f(&|d| d.amplification),
+        provider_saturated_s: f(&|d| d.provider_saturated_s),
         wasted_worker_s: f(&|d| d.wasted_worker_s),
         // A run that never recovered counts as the slowest.
         recovery_s: {

@@ -210,7 +210,7 @@ pub fn delivery_table(results: &LabResults, style: TableStyle) -> Table {
             count(d.timed_out),
             refusals(&d.refused),
             sig3(d.wasted_worker_s),
-            format!("{} s", sig3(m.provider_saturated_s)),
+            format!("{} s", sig3(d.provider_saturated_s)),
             recovery(results, d.recovery_s),
             format!("{} jobs/s", sig3(d.goodput_jobs_per_s)),
         ]);
