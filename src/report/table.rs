@@ -98,7 +98,12 @@ pub fn class_table(results: &LabResults, style: TableStyle) -> Table {
             table.add_row(vec![
                 s.name.clone(),
                 class.clone(),
-                count(c.jobs),
+                // Jobs, each once (files from before retries: their attempts).
+                count(if c.delivery.unique_jobs > 0 {
+                    c.delivery.unique_jobs
+                } else {
+                    c.jobs
+                }),
                 count(c.rejected),
                 ms(c.wait_ms.p50),
                 ms(c.wait_ms.p95),
