@@ -449,3 +449,17 @@ fn bad_limits_get_one_line_naming_the_key() {
         assert!(!err.contains('\n'), "one line: {err:?}");
     }
 }
+
+#[test]
+fn a_run_with_retrying_clients_repeats_exactly_for_its_seed() {
+    // Jitter is drawn from the run's seed: the same seed, the same attempts.
+    let s = load("jitter");
+    let a = lab::virtual_lab(s.clone());
+    let b = lab::virtual_lab(s);
+    assert_eq!(a.strategies, b.strategies);
+    let full = &a.strategies[1];
+    assert_ne!(
+        full.runs[0].figures.delivery, full.runs[1].figures.delivery,
+        "another seed, other draws"
+    );
+}
