@@ -329,6 +329,11 @@ impl LabResults {
         out
     }
 
+    /// The strategy of that name.
+    pub fn strategy(&self, name: &str) -> Option<&StrategyResults> {
+        self.strategies.iter().find(|s| s.name == name)
+    }
+
     /// Whether any run kept its histograms and traces.
     pub fn has_raw(&self) -> bool {
         self.strategies

@@ -170,8 +170,8 @@ pub struct RunStats {
     /// Enqueue-to-start wait (ns) of jobs that found a worker idle: the
     /// harness's own dispatch cost.
     pub dispatch_floor: Histogram<u64>,
-    pub rejected: u64,
-    /// Attempts refused, by [`Refusal`]: limit, rate, budget, provider.
+    /// Attempts refused, by [`Refusal`]: limit, rate, budget, provider
+    /// (see [`RunStats::refused_by`]).
     pub refused: [u64; 4],
     /// Lab time during which the provider had told some caller to wait,
     /// and some caller of each class (by class index).
@@ -192,6 +192,18 @@ pub struct RunStats {
     pub samples: Vec<Sample>,
     /// When the last job finished (or the last arrival, if later).
     pub end: Nanos,
+}
+
+impl RunStats {
+    /// Attempts refused at `layer`.
+    pub fn refused_by(&self, layer: Refusal) -> u64 {
+        self.refused[layer as usize]
+    }
+
+    /// Attempts a queue limit refused.
+    pub fn rejected(&self) -> u64 {
+        self.refused_by(Refusal::Limit)
+    }
 }
 
 /// The run was stopped from outside (Ctrl-C) before it finished.
@@ -245,7 +257,6 @@ pub async fn run<C: Clock, S: Scheduler>(
         }),
         stats: RunStats {
             dispatch_floor: stats::new_histogram(),
-            rejected: 0,
             refused: [0; 4],
             provider_saturated_ns: 0,
             provider_saturated_ns_by_class: Vec::new(),
@@ -377,10 +388,7 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
             consider(peek(&c.retries), Event::Retry);
         }
         consider(
-            self.jobs
-                .get(self.next)
-                .map(|j| j.planned)
-                .filter(|_| self.next < self.unique),
+            self.jobs[..self.unique].get(self.next).map(|j| j.planned),
             Event::Arrival,
         );
         next
@@ -463,7 +471,6 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 }
             }
             Err(rejected) => {
-                self.stats.rejected += 1;
                 let fixed = self
                     .clients
                     .as_ref()

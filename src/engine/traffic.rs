@@ -40,10 +40,8 @@ impl LimitSet {
     fn check(&mut self, now: Nanos, tin: f64, tout: Option<f64>) -> Result<(), Wait> {
         let mut refused: Option<Wait> = None;
         let mut ask = |l: &mut Option<Limiter>, n: f64| {
-            if let Some(l) = l
-                && let Err(w) = l.check(now, n)
-            {
-                refused = Some(refused.map_or(w, |r| longer(r, w)));
+            if let Some(l) = l {
+                join(&mut refused, l.check(now, n));
             }
         };
         ask(&mut self.requests, 1.0);
@@ -64,6 +62,13 @@ impl LimitSet {
                 l.charge(now, n);
             }
         }
+    }
+}
+
+/// Add a check's answer to the refusal so far: the longest wait wins.
+fn join(refused: &mut Option<Wait>, answer: Result<(), Wait>) {
+    if let Err(w) = answer {
+        *refused = Some(refused.map_or(w, |r| longer(r, w)));
     }
 }
 
@@ -170,7 +175,7 @@ impl<'a> Traffic<'a> {
     }
 
     pub fn client(&self, tenant: TenantId) -> &ClientPlan {
-        &self.plan.clients[self.plan.class_of[tenant as usize] as usize]
+        &self.plan.clients[self.class_of(tenant)]
     }
 
     /// The front door: the tenant's budget (the job's tokens must be left),
@@ -205,23 +210,14 @@ impl<'a> Traffic<'a> {
     ) -> Result<(), Wait> {
         let (tin, tout) = (f64::from(tokens_in), f64::from(tokens_out));
         let reserved = self.plan.reserve_output.then_some(tout);
-        let ws = self.plan.workspace[self.plan.class_of[tenant as usize] as usize];
         let mut refused: Option<Wait> = None;
-        for set in [self.org.as_mut(), ws.map(|w| &mut self.workspaces[w])]
-            .into_iter()
-            .flatten()
-        {
-            if let Err(w) = set.check(now, tin, reserved) {
-                refused = Some(refused.map_or(w, |r| longer(r, w)));
-            }
+        for set in self.limit_sets(tenant) {
+            join(&mut refused, set.check(now, tin, reserved));
         }
         if let Some(w) = refused {
             return Err(w);
         }
-        for set in [self.org.as_mut(), ws.map(|w| &mut self.workspaces[w])]
-            .into_iter()
-            .flatten()
-        {
+        for set in self.limit_sets(tenant) {
             set.charge(now, tin, reserved);
         }
         if let Some(b) = &mut self.budget[tenant as usize] {
@@ -235,20 +231,29 @@ impl<'a> Traffic<'a> {
         if self.plan.reserve_output {
             return;
         }
-        let ws = self.plan.workspace[self.plan.class_of[tenant as usize] as usize];
-        for set in [self.org.as_mut(), ws.map(|w| &mut self.workspaces[w])]
-            .into_iter()
-            .flatten()
-        {
+        for set in self.limit_sets(tenant) {
             if let Some(l) = &mut set.output {
                 l.charge(now, f64::from(tokens_out));
             }
         }
     }
 
+    /// The provider's limits over the tenant's calls: the organisation's,
+    /// then its workspace's.
+    fn limit_sets(&mut self, tenant: TenantId) -> impl Iterator<Item = &mut LimitSet> {
+        let ws = self.plan.workspace[self.class_of(tenant)];
+        let Traffic {
+            org, workspaces, ..
+        } = self;
+        org.as_mut()
+            .into_iter()
+            .chain(ws.map(|w| &mut workspaces[w]))
+    }
+
     /// A first attempt reached the front door (for the retry budget).
     pub fn sent_first(&mut self, tenant: TenantId) {
-        self.firsts[self.plan.class_of[tenant as usize] as usize] += 1;
+        let class = self.class_of(tenant);
+        self.firsts[class] += 1;
     }
 
     /// After attempt number `attempt` of a job was refused (with the
@@ -262,7 +267,7 @@ impl<'a> Traffic<'a> {
         hint: Wait,
         prev: Nanos,
     ) -> Option<Nanos> {
-        let class = self.plan.class_of[tenant as usize] as usize;
+        let class = self.class_of(tenant);
         let c = self.plan.clients[class];
         if c.retry == Retry::None || attempt >= c.max_attempts {
             return None;

@@ -21,7 +21,7 @@ pub fn heading(r: &LabResults) -> String {
 /// the sum of the two harness errors plus 2 %.
 fn across(files: &[&LabResults], strategy: &str, def: &FigureDef) -> String {
     let figure = |r: &LabResults| {
-        let s = r.strategies.iter().find(|s| s.name == strategy)?;
+        let s = r.strategy(strategy)?;
         Some(((def.ours)(&s.median)?, harness_error_ms(&s.median)))
     };
     let Some((first, first_err)) = figure(files[0]) else {
@@ -72,11 +72,7 @@ pub fn render(files: &[&LabResults], reference: &Reference, style: TableStyle) -
             };
             let mut row = vec![post.name.clone(), (def.show)(theirs)];
             for r in files {
-                let ours = r
-                    .strategies
-                    .iter()
-                    .find(|s| s.name == post.name)
-                    .and_then(|s| (def.ours)(&s.median));
+                let ours = r.strategy(&post.name).and_then(|s| (def.ours)(&s.median));
                 row.push(match ours {
                     Some(v) => format!("{} ({})", (def.show)(v), ratio(v, theirs)),
                     None => "—".to_string(),

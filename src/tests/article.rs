@@ -15,7 +15,7 @@ fn article() -> Scenario {
 }
 
 fn strategy<'a>(r: &'a LabResults, name: &str) -> &'a StrategyResults {
-    r.strategies.iter().find(|s| s.name == name).unwrap()
+    r.strategy(name).unwrap()
 }
 
 #[test]
@@ -105,7 +105,7 @@ fn invariants_hold_for_every_strategy_and_seed() {
     for strategy in &scenario.strategy {
         for seed in 1..=3 {
             let (jobs, stats) = lab::run_virtual(&scenario, strategy, seed);
-            check_invariants(&scenario, strategy, &jobs, stats.rejected);
+            check_invariants(&scenario, strategy, &jobs, stats.rejected());
         }
     }
 }

@@ -47,13 +47,7 @@ fn weighted_vtc_serves_the_tiers_in_proportion_to_their_weights() {
     // Jain's index over service ÷ weight among the backlogged tenants, per window.
     let r = lab::virtual_lab(s);
     for name in ["VTC, jobs, weighted", "VTC, jobs, unweighted", "Fair queue"] {
-        let f = &r
-            .strategies
-            .iter()
-            .find(|x| x.name == name)
-            .unwrap()
-            .median
-            .fairness;
+        let f = &r.strategy(name).unwrap().median.fairness;
         assert!(f.jain >= 0.99, "{name}: {f:?}");
     }
     let weighted = &r.strategies[2].median;
@@ -113,13 +107,7 @@ fn vtc_by_tokens_equalises_the_service_that_round_robin_leaves_unequal() {
     // The fairness figures, in tokens for every strategy of the scenario.
     let r = lab::virtual_lab(s);
     let diff = |name: &str| {
-        let f = &r
-            .strategies
-            .iter()
-            .find(|x| x.name == name)
-            .unwrap()
-            .median
-            .fairness;
+        let f = &r.strategy(name).unwrap().median.fairness;
         assert_eq!(f.unit, "token cost");
         f.mean_service_diff
     };
@@ -205,7 +193,7 @@ fn a_tenant_split_over_keys_is_held_to_one_share_only_when_counted_by_tenant() {
     assert_eq!(per_key.len(), 50);
     assert!(per_key.values().all(|&n| n == 40));
     let r = lab::virtual_lab(s.clone());
-    let m = |name: &str| &r.strategies.iter().find(|x| x.name == name).unwrap().median;
+    let m = |name: &str| &r.strategy(name).unwrap().median;
     // Per key, a cap of 4 allows 200 workers and the rotation gives the
     // tenant 50 turns a round: the neighbours wait seconds.
     for name in ["Fair queue, cap 4 per key", "Fair queue over keys"] {

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use noisylab::engine::traffic::Refusal;
 use noisylab::engine::{Fate, JobRecord, NEVER, Nanos};
 use noisylab::lab;
 use noisylab::scenario::Scenario;
@@ -72,7 +73,7 @@ fn a_token_bucket_facing_saturating_demand_admits_burst_plus_rate_times_t() {
     // 200 ms: by 9.999 s, 10 + floor(5 x 9.999) = 59.
     assert_eq!(admitted.len(), 59, "{:?}", &admitted[..12]);
     assert_eq!(
-        stats.refused[1],
+        stats.refused_by(Refusal::Rate),
         10_000 - 59,
         "the rest refused by the rate limit"
     );
@@ -119,7 +120,7 @@ fn the_provider_never_admits_more_than_its_limits_allow_in_any_window() {
     let def = strategy(&s, "Shared FIFO");
     let (jobs, stats) = lab::run_virtual(&s, def, s.seed);
     assert!(
-        stats.refused[3] > 1_000,
+        stats.refused_by(Refusal::Provider) > 1_000,
         "the import saturates the provider"
     );
     let calls = passed(&jobs);
@@ -153,7 +154,7 @@ fn the_provider_never_admits_more_than_its_limits_allow_in_any_window() {
     let windowed_s = Scenario::parse(Path::new("lab/provider.toml"), &text).unwrap();
     let def = strategy(&windowed_s, "Shared FIFO");
     let (jobs, stats) = lab::run_virtual(&windowed_s, def, windowed_s.seed);
-    assert!(stats.refused[3] > 1_000);
+    assert!(stats.refused_by(Refusal::Provider) > 1_000);
     let calls = passed(&jobs);
     let ten_s: Nanos = 10_000_000_000;
     let eps = 1e-6;
@@ -296,7 +297,7 @@ fn an_honoured_retry_after_is_never_cut_short() {
     let s = Scenario::parse(Path::new("x.toml"), &text).unwrap();
     let def = strategy(&s, "Fair queue, queue limit 100");
     let (jobs, stats) = lab::run_virtual(&s, def, s.seed);
-    assert!(stats.refused[0] > 1_000);
+    assert!(stats.refused_by(Refusal::Limit) > 1_000);
     // Each retry's previous attempt: the latest of the same job before it.
     let mut prev: Vec<Option<usize>> = vec![None; jobs.len()];
     let mut last_of: std::collections::HashMap<u32, usize> = Default::default();
@@ -309,10 +310,7 @@ fn an_honoured_retry_after_is_never_cut_short() {
     let mut retries = 0;
     for (i, j) in jobs.iter().enumerate().filter(|(_, j)| j.attempt > 1) {
         let p = &jobs[prev[i].expect("a retry follows an attempt")];
-        assert_eq!(
-            p.fate,
-            Fate::Refused(noisylab::engine::traffic::Refusal::Limit)
-        );
+        assert_eq!(p.fate, Fate::Refused(Refusal::Limit));
         assert!(
             j.enqueued >= p.enqueued + 1_000_000_000,
             "a retry {} ns after its refusal",
@@ -348,7 +346,7 @@ fn retrying_clients_change_nothing_where_nothing_is_refused() {
 fn the_retry_storm_is_metastable_without_jitter_and_recovers_with_a_retry_budget() {
     let s = load("retry-storm");
     let r = lab::virtual_lab(s.clone());
-    let by = |name: &str| r.strategies.iter().find(|x| x.name == name).unwrap();
+    let by = |name: &str| r.strategy(name).unwrap();
     let burst_s = s.burst[0].over_s.unwrap();
     let after_burst = s.traffic_s - s.burst[0].at_s - burst_s;
     assert!(after_burst >= 10.0 * burst_s);

@@ -20,7 +20,7 @@ fn the_scale_scenario_at_a_tenth_keeps_every_invariant() {
     let strategies = s.strategy.clone();
     for strategy in &strategies {
         let (jobs, stats) = lab::run_virtual(&s, strategy, s.seed);
-        common::check_invariants(&s, strategy, &jobs, stats.rejected);
+        common::check_invariants(&s, strategy, &jobs, stats.rejected());
         let burst_done = jobs
             .iter()
             .filter(|j| {
@@ -36,7 +36,7 @@ fn the_scale_scenario_at_a_tenth_keeps_every_invariant() {
         }
         if strategy.limit.is_some() {
             // 40 start, 1,000 wait, the rest are refused.
-            assert_eq!(stats.rejected, 100_000 - 40 - 1_000);
+            assert_eq!(stats.rejected(), 100_000 - 40 - 1_000);
         }
     }
 }

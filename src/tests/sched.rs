@@ -269,14 +269,9 @@ fn the_benchmarks_preloaded_naive_state_is_the_one_pushes_and_takes_make() {
     }
 }
 
-/// Random pushes over `keys` API keys, key `k` belonging to tenant
-/// `k % tenants`, with takes and finishes between.
-fn key_ops(keys: u32) -> impl Strategy<Value = Vec<Op>> {
-    ops(keys)
-}
-
-/// The keyed ops as the scheduler sees them (pushes by tenant), each job's
-/// key by job id, and each key's tenant.
+/// Ops whose pushes name API keys (key `k` belongs to tenant `k % tenants`)
+/// as the scheduler sees them (pushes by tenant), each job's key by job id,
+/// and each key's tenant.
 fn by_tenant(ops: &[Op], tenants: u32, keys: u32) -> (Vec<Op>, Vec<u32>, Vec<u32>) {
     let mut key_of = Vec::new();
     let ops = ops
@@ -301,7 +296,7 @@ proptest! {
     #[test]
     fn key_turns_match_the_naive_scans(
         (tenants, keys, ops) in (1u32..6).prop_flat_map(|t| (Just(t), t..3 * t + 1))
-            .prop_flat_map(|(t, k)| (Just(t), Just(k), key_ops(k))),
+            .prop_flat_map(|(t, k)| (Just(t), Just(k), ops(k))),
         limits in limits(),
         lending in any::<bool>(),
     ) {

@@ -328,7 +328,7 @@ proptest! {
         for strategy in &s.strategy {
             let seed = u64::from(seed);
             let (jobs, stats) = lab::run_virtual(&s, strategy, seed);
-            common::check_invariants(&s, strategy, &jobs, stats.rejected);
+            common::check_invariants(&s, strategy, &jobs, stats.rejected());
             let pool = lab::pool_for(&s, strategy);
             let run = lab::summary::run(&s, strategy, &pool, seed, &jobs, &stats, false);
             common::check_classes(&s, &jobs, &run.figures);
