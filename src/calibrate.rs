@@ -130,22 +130,3 @@ async fn measure_dispatch(jobs: u32) -> Percentiles {
         .expect("calibration is never interrupted");
     percentiles(&stats.dispatch_floor, 1e3)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Real clock, a quarter of a second: the precise timer never wakes early.
-    #[test]
-    fn the_precise_timer_never_fires_early() {
-        let runtime = engine::clock::runtime(engine::clock::Drivers::Timers).unwrap();
-        let plan = CalibratePlan {
-            sleeps: 50,
-            sleep: Duration::from_millis(5),
-            dispatches: 0,
-        };
-        let (late, early) = runtime.block_on(measure_timer(Timer::Precise, plan));
-        assert_eq!(early, 0);
-        assert_eq!(late.len(), 50);
-    }
-}

@@ -13,8 +13,8 @@
 //! Layers, bottom first. A module may use the modules of the layers below
 //! its own and nothing above it, and the modules of one layer do not use
 //! each other, so the `use crate::…` graph has no cycle. The test
-//! `src/tests/layout.rs` reads this list and checks every `crate::` path in
-//! `src/` against it.
+//! `src/tests/layout.rs` reads this list and checks every `crate::` and
+//! `super::` path in `src/` against it.
 //!
 //! 1. `units`, `stats`, `fsio`, `machine`: leaves: number formatting,
 //!    percentiles and the histogram codec, reading a file, the host's facts.

@@ -170,9 +170,6 @@ pub struct RunStats {
     /// Enqueue-to-start wait (ns) of jobs that found a worker idle: the
     /// harness's own dispatch cost.
     pub dispatch_floor: Histogram<u64>,
-    /// Attempts refused, by [`Refusal`]: limit, rate, budget, provider
-    /// (see [`RunStats::refused_by`]).
-    pub refused: [u64; 4],
     /// Lab time during which the provider had told some caller to wait,
     /// and some caller of each class (by class index).
     pub provider_saturated_ns: Nanos,
@@ -192,18 +189,6 @@ pub struct RunStats {
     pub samples: Vec<Sample>,
     /// When the last job finished (or the last arrival, if later).
     pub end: Nanos,
-}
-
-impl RunStats {
-    /// Attempts refused at `layer`.
-    pub fn refused_by(&self, layer: Refusal) -> u64 {
-        self.refused[layer as usize]
-    }
-
-    /// Attempts a queue limit refused.
-    pub fn rejected(&self) -> u64 {
-        self.refused_by(Refusal::Limit)
-    }
 }
 
 /// The run was stopped from outside (Ctrl-C) before it finished.
@@ -257,7 +242,6 @@ pub async fn run<C: Clock, S: Scheduler>(
         }),
         stats: RunStats {
             dispatch_floor: stats::new_histogram(),
-            refused: [0; 4],
             provider_saturated_ns: 0,
             provider_saturated_ns_by_class: Vec::new(),
             reject_hold_ns: 0,
@@ -529,10 +513,12 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         self.follow_up(now, id, None);
     }
 
-    /// An attempt was refused at `layer`, told to wait `wait`.
+    /// An attempt was refused at `layer`, told to wait `wait`. Its client
+    /// acts on it, unless it had already stopped waiting for this attempt
+    /// (timed out, `waste`: it has sent or given up on the job since).
     fn refuse(&mut self, now: Nanos, id: JobId, layer: Refusal, wait: Option<Nanos>) {
+        let abandoned = self.jobs[id as usize].fate == Fate::Wasted;
         self.jobs[id as usize].fate = Fate::Refused(layer);
-        self.stats.refused[layer as usize] += 1;
         if let Some(w) = wait {
             self.stats.retry_after_s_max =
                 self.stats.retry_after_s_max.max(w.div_ceil(1_000_000_000));
@@ -546,7 +532,9 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
             c.saturated.add(now, until);
             c.saturated_by_class[class].add(now, until);
         }
-        self.follow_up(now, id, wait);
+        if !abandoned {
+            self.follow_up(now, id, wait);
+        }
     }
 
     /// The client of a refused or timed-out attempt sends it again later,

@@ -1,7 +1,8 @@
-//! The crate's shape, checked: every `crate::` path in `src/` goes to a lower
-//! layer of the list in `src/lib.rs` ("# Layout"), so the module graph has no
-//! cycle and no upward arrow; and no function outside the tests is longer
-//! than 80 lines.
+//! The crate's shape, checked: every `crate::` and `super::` path in `src/`
+//! (in `use` trees, nested groups included, and anywhere in the code) goes to
+//! the file's own top-level module or to a lower layer of the list in
+//! `src/lib.rs` ("# Layout"), so the module graph has no cycle and no upward
+//! arrow; and no function outside the tests is longer than 80 lines.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -49,59 +50,136 @@ fn source_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The library's files (not the binary, the tests or the benchmark), each
-/// with its top-level module and its text up to its `#[cfg(test)]` module.
-fn library_files() -> Vec<(PathBuf, String, String)> {
+/// A library file (not the binary, the tests or the benchmark): its module
+/// path (`src/engine/traffic.rs` is `["engine", "traffic"]`) and its text
+/// up to its `#[cfg(test)] mod …` block.
+struct SourceFile {
+    path: PathBuf,
+    module: Vec<String>,
+    code: String,
+}
+
+impl SourceFile {
+    /// The top-level module the file belongs to.
+    fn top(&self) -> &str {
+        &self.module[0]
+    }
+}
+
+/// A file's module path from its place under `src/`.
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The code before the file's test module (a `#[cfg(test)]` on any other
+/// item does not end it).
+fn without_tests(text: &str) -> &str {
+    let mut from = 0;
+    while let Some(at) = text[from..].find("#[cfg(test)]") {
+        let at = from + at;
+        let next = text[at + "#[cfg(test)]".len()..].trim_start();
+        if next.starts_with("mod ") || next.starts_with("pub mod ") {
+            return &text[..at];
+        }
+        from = at + 1;
+    }
+    text
+}
+
+fn library_files() -> Vec<SourceFile> {
     let mut files = Vec::new();
     source_files(Path::new("src"), &mut files);
     files.sort();
     files
         .into_iter()
         .filter_map(|path| {
-            let rel = path.strip_prefix("src").unwrap();
-            let first = rel
-                .components()
-                .next()
-                .unwrap()
-                .as_os_str()
-                .to_string_lossy();
-            let module = first.trim_end_matches(".rs").to_string();
-            if ["lib", "main", "bench"].contains(&module.as_str()) {
+            let module = module_path(path.strip_prefix("src").unwrap());
+            if ["lib", "main", "bench"].contains(&module[0].as_str()) {
                 return None;
             }
             let text = std::fs::read_to_string(&path).unwrap();
-            let code = text.split("#[cfg(test)]").next().unwrap().to_string();
-            Some((path, module, code))
+            let code = without_tests(&text).to_string();
+            Some(SourceFile { path, module, code })
         })
         .collect()
 }
 
-/// The top-level modules a file's code names as `crate::x`, `crate::{x, y}`.
-fn crate_paths(code: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for (i, _) in code.match_indices("crate::") {
-        if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
-            continue; // `noisylab_crate::` and the like
-        }
-        let rest = &code[i + "crate::".len()..];
-        let names: Vec<&str> = match rest.strip_prefix('{') {
-            Some(group) => group
-                .split('}')
-                .next()
-                .unwrap()
-                .split(',')
-                .map(|item| item.trim().split("::").next().unwrap())
-                .collect(),
-            None => vec![rest.split("::").next().unwrap()],
-        };
-        for name in names {
-            let name: String = name
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if !name.is_empty() {
-                out.push(name);
+/// The first name of each branch of the use tree (or path) at the start of
+/// `rest`: `a::b` gives `a`, `{a::{b, c}, d}` gives `a` and `d`.
+fn tree_heads(rest: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let Some(group) = rest.strip_prefix('{') else {
+        return vec![ident(rest)];
+    };
+    // Split the group at its own commas, not at those of nested groups.
+    let (mut depth, mut item_start, mut heads) = (0usize, 0usize, Vec::new());
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                heads.push(ident(&group[item_start..i]));
+                break;
             }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                heads.push(ident(&group[item_start..i]));
+                item_start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    heads
+}
+
+/// The top-level modules that code in `module` names through `crate::` or
+/// `super::` paths (in `use` trees, nested groups included, and in
+/// expressions and signatures anywhere in the code), resolved: `super::x`
+/// in `engine` (`src/engine/mod.rs`) is `crate::x`; in `engine::traffic`
+/// it is `engine::x`, the module's own.
+fn crate_paths(module: &[String], code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for prefix in ["crate::", "super::"] {
+        for (i, _) in code.match_indices(prefix) {
+            let before = &code[..i];
+            if before.ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                || before.ends_with("super::")
+            {
+                continue; // `noisylab_crate::`, or inside a run of `super::`
+            }
+            let mut rest = &code[i..];
+            let mut depth = module.len();
+            if prefix == "crate::" {
+                rest = &rest["crate::".len()..];
+                depth = 0;
+            } else {
+                while let Some(r) = rest.strip_prefix("super::") {
+                    rest = r;
+                    depth = depth.saturating_sub(1);
+                }
+            }
+            let heads: Vec<String> = if depth == 0 {
+                tree_heads(rest)
+            } else {
+                vec![module[0].clone()] // still inside the file's own top-level module
+            };
+            out.extend(heads.into_iter().filter(|h| !h.is_empty()));
         }
     }
     out
@@ -126,9 +204,10 @@ fn every_module_is_in_the_layout() {
 fn modules_use_only_the_layers_below_their_own() {
     let layers = layers();
     let mut wrong = Vec::new();
-    for (path, module, code) in library_files() {
-        let own = layers[&module];
-        for target in crate_paths(&code) {
+    for file in library_files() {
+        let (path, module) = (&file.path, file.top());
+        let own = layers[module];
+        for target in crate_paths(&file.module, &file.code) {
             if target == module {
                 continue;
             }
@@ -194,8 +273,9 @@ fn functions(code: &str) -> Vec<(usize, usize)> {
 #[test]
 fn no_function_is_longer_than_80_lines() {
     let mut long = Vec::new();
-    for (path, _, code) in library_files() {
-        for (line, len) in functions(&code) {
+    for file in library_files() {
+        let path = &file.path;
+        for (line, len) in functions(&file.code) {
             if len > MAX_FN_LINES {
                 long.push(format!("{}:{line}: {len} lines", path.display()));
             }
@@ -212,14 +292,68 @@ fn no_function_is_longer_than_80_lines() {
 fn the_checks_see_what_they_check() {
     // The parsers above find what they are meant to, so the tests cannot
     // pass by finding nothing.
+    let engine = ["engine".to_string()];
+    let traffic = ["engine".to_string(), "traffic".to_string()];
     assert_eq!(
-        crate_paths("use crate::a::b;\nuse crate::{c, d::e};\nx = crate::f(1);"),
+        crate_paths(
+            &engine,
+            "use crate::a::b;\nuse crate::{c, d::e};\nx = crate::f(1);"
+        ),
         ["a", "c", "d", "f"]
     );
+    // The blind spots of the first version of this checker, each seen now:
+    // a `super::` path from a `mod.rs` (the crate root's child) …
+    assert_eq!(
+        crate_paths(&engine, "use super::report::Exporter as _;"),
+        ["report"]
+    );
+    // … one inside a function body, a group behind `super::`, and a
+    // `super::super::` from a file two levels down …
+    assert_eq!(
+        crate_paths(
+            &engine,
+            "fn f() {\n    let x = super::report::json::render(&r);\n}"
+        ),
+        ["report"]
+    );
+    assert_eq!(
+        crate_paths(&engine, "use super::{report::X, sched};"),
+        ["report", "sched"]
+    );
+    assert_eq!(
+        crate_paths(&traffic, "use super::super::cli::Opts;"),
+        ["cli"]
+    );
+    // … a nested group, whose first `}` is not the group's end …
+    assert_eq!(
+        crate_paths(&engine, "use crate::{sched::{JobId}, report::Exporter};"),
+        ["sched", "report"]
+    );
+    assert_eq!(
+        crate_paths(&engine, "use crate::{a::{b, c::{d}}, e, f::g};"),
+        ["a", "e", "f"]
+    );
+    // … while a sibling inside the same top-level module is the module's own.
+    assert_eq!(
+        crate_paths(&traffic, "use super::limiter::Bucket;"),
+        ["engine"]
+    );
+    // A `#[cfg(test)]` on a single item does not hide the rest of the file.
+    assert!(
+        without_tests("#[cfg(test)]\nfn helper() {}\nuse crate::cli;\n#[cfg(test)]\nmod tests {}")
+            .contains("crate::cli")
+    );
+    assert_eq!(module_path(Path::new("engine/traffic.rs")), traffic);
+    assert_eq!(module_path(Path::new("engine/mod.rs")), engine);
     let long_fn = format!("fn f() {{\n{}}}\nfn g() {{ 1 }}\n", "    x;\n".repeat(90));
     assert_eq!(functions(&long_fn), [(1, 92)]);
     let files = library_files();
-    assert!(files.iter().any(|(_, m, _)| m == "engine"));
-    let total: usize = files.iter().map(|(_, _, c)| functions(c).len()).sum();
+    assert!(files.iter().any(|f| f.top() == "engine"));
+    let total: usize = files.iter().map(|f| functions(&f.code).len()).sum();
     assert!(total > 100, "found only {total} functions");
+    let supers: usize = files
+        .iter()
+        .map(|f| f.code.matches("super::").count())
+        .sum();
+    assert!(supers > 20, "found only {supers} `super::` paths to check");
 }

@@ -123,16 +123,16 @@ fn seed_bands_are_deterministic_and_hold_the_model_s_arithmetic() {
     assert_eq!(a.stdout, b.stdout, "byte-identical for a seed");
     let v: Value = serde_json::from_slice(&a.stdout).unwrap();
     assert_eq!(v["seeds"], 20);
-    for s in v["strategies"].as_array().unwrap() {
-        for (key, band) in s["figures"].as_object().unwrap() {
-            let (p5, m, p95) = (
-                band["p5"].as_f64().unwrap(),
-                band["median"].as_f64().unwrap(),
-                band["p95"].as_f64().unwrap(),
-            );
-            assert!(p5 <= m && m <= p95, "{} {key}: {band}", s["name"]);
-        }
-    }
+    // A band per strategy and figure; what a band holds is checked below
+    // against the model's arithmetic (its order, p5 <= median <= p95, holds
+    // by construction: three ranks of one sorted list).
+    let strategies = v["strategies"].as_array().unwrap();
+    assert_eq!(strategies.len(), 5);
+    assert!(
+        strategies
+            .iter()
+            .all(|s| s["figures"].as_object().unwrap().len() >= 5)
+    );
     let band = |name: &str, key: &str| {
         let s = v["strategies"]
             .as_array()

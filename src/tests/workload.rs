@@ -171,7 +171,7 @@ fn a_hand_written_trace_gives_the_hand_computed_waits() {
     let waits_ms = |name: &str| -> Vec<f64> {
         let strategy = s.strategy.iter().find(|x| x.name == name).unwrap();
         let (jobs, _) = lab::run_virtual(&s, strategy, 1);
-        common::check_invariants(&s, strategy, &jobs, 0);
+        common::check_invariants(&s, strategy, &jobs);
         jobs.iter()
             .map(|j| ((j.started - j.enqueued) as f64 / 1e6 * 1e3).round() / 1e3)
             .collect()
@@ -328,10 +328,11 @@ proptest! {
         for strategy in &s.strategy {
             let seed = u64::from(seed);
             let (jobs, stats) = lab::run_virtual(&s, strategy, seed);
-            common::check_invariants(&s, strategy, &jobs, stats.rejected());
+            common::check_invariants(&s, strategy, &jobs);
             let pool = lab::pool_for(&s, strategy);
             let run = lab::summary::run(&s, strategy, &pool, seed, &jobs, &stats, false);
             common::check_classes(&s, &jobs, &run.figures);
+            common::check_outcomes(&s, strategy, &jobs, &run.figures);
             let (again, _) = lab::run_virtual(&s, strategy, seed);
             prop_assert_eq!(&jobs, &again, "same seed, same run");
             prop_assert!(jobs.iter().all(|j| j.started == NEVER || j.finished == j.started + j.duration));
@@ -361,12 +362,10 @@ fn a_short_real_clock_run_with_lognormal_jobs() {
     assert_eq!(f.classes["normal"].jobs, 24);
     assert_eq!(f.classes["noisy"].jobs, 30);
     assert_eq!(f.rejected, 0);
-    // Real timers hold each job at least its drawn duration, a little more.
-    assert!(
-        f.job_overshoot_ms.p50 >= 0.0 && f.job_overshoot_ms.p50 < 5.0,
-        "{:?}",
-        f.job_overshoot_ms
-    );
+    // Real timers hold a job a little longer than its drawn duration (never
+    // shorter: the overshoot is a saturating difference, so only its size
+    // is checked here).
+    assert!(f.job_overshoot_ms.p50 < 5.0, "{:?}", f.job_overshoot_ms);
     assert!(f.classes["noisy"].done_s.unwrap() > 0.1);
 }
 
