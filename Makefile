@@ -2,7 +2,7 @@
 CARGO ?= cargo
 BIN := target/release/noisylab
 
-.PHONY: lab test build report bench calibrate bands
+.PHONY: lab lab-redis test build report bench calibrate bands
 
 build:
 	$(CARGO) build --release --locked
@@ -16,11 +16,21 @@ lab: build
 	$(BIN) report > /dev/null
 	$(BIN) validate
 
+# The article lab on a real Redis server (one the lab starts and stops, on a
+# free loopback port), the workers in 4 processes; then the report and the
+# verdict against the model. Needs redis-server (Debian: apt-get install
+# redis-server).
+lab-redis: build
+	$(BIN) run lab/article.toml --backend redis
+	$(BIN) report > /dev/null
+	$(BIN) validate
+
 # Regenerate reports/README.md and reports/plots/ from the saved results alone.
 report: build
 	$(BIN) report
 
 test:
+	@command -v redis-server > /dev/null || echo "make test: redis-server is not on PATH: the Redis backend's tests pass without running (apt-get install redis-server to run them)"
 	$(CARGO) fmt --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) test --locked --all-targets

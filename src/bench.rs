@@ -195,6 +195,7 @@ fn bench_lab(b: divan::Bencher, scenario: noisylab::scenario::Scenario) {
         clock: noisylab::results::ClockKind::Virtual,
         timer: Default::default(),
         keep_raw: false,
+        backend: Default::default(),
     };
     let never = std::sync::atomic::AtomicBool::new(false);
     let progress = noisylab::output::progress::Progress::hidden();

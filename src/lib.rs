@@ -24,12 +24,15 @@
 //! 5. `calibrate`, `output`: the timers' own error; progress bars and the
 //!    warning type.
 //! 6. `results`: the data model of a lab's figures.
-//! 7. `lab`, `store`, `reference`: running a lab and summarising it; results
+//! 7. `backend`: where a run's queue lives: the engine in this process, or
+//!    functions inside a Redis server with workers in other processes.
+//! 8. `lab`, `store`, `reference`: running a lab and summarising it; results
 //!    files on disk; the post's figures.
-//! 8. `validate`: the post's claims checked against results.
-//! 9. `report`: every output format, the report site, validation rendered.
-//! 10. `cli`: options, plans, one function per command.
+//! 9. `validate`: the post's claims checked against results.
+//! 10. `report`: every output format, the report site, validation rendered.
+//! 11. `cli`: options, plans, one function per command.
 
+pub mod backend;
 pub mod calibrate;
 pub mod cli;
 pub mod engine;

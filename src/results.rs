@@ -39,12 +39,51 @@ pub struct LabResults {
     /// What only a real-clock lab knows; its keys sit at the top level.
     #[serde(flatten)]
     pub real: Option<RealFacts>,
+    /// Where the queue ran: absent for the in-process lab (every file from
+    /// before there was another), else the server and the worker processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendFacts>,
     /// What a person should know about these figures, each with cause and
     /// fix; computed once when the lab ends (and on loading a file written
     /// by another version), read by every printer.
     #[serde(default)]
     pub warnings: Vec<Warning>,
     pub strategies: Vec<StrategyResults>,
+}
+
+/// A lab run on a real queue: which server, and how many worker processes
+/// shared the pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendFacts {
+    /// `"redis"`.
+    pub kind: String,
+    /// The server's own version string.
+    pub version: String,
+    /// Worker processes the coordinator started (0: workers joined from
+    /// elsewhere).
+    pub processes: u32,
+}
+
+/// What the queue server cost one run (or the median, min or max of
+/// several): round trips as the clients timed them, the server's own time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueFigures {
+    /// A worker's take (a finish and the next take, or a take after a
+    /// wake), round trip in microseconds.
+    pub take_rtt_us: Percentiles,
+    /// A submit's round trip in microseconds (a burst pipelined counts as
+    /// one round trip for all its jobs).
+    pub submit_rtt_us: Percentiles,
+    /// The server's time per scheduling call (`FCALL`), microseconds.
+    pub server_us_per_call: f64,
+    /// The server's CPU time during the run, seconds.
+    pub server_cpu_s: f64,
+    /// Clients' calls (functions and blocking pops) per job planned.
+    pub calls_per_job: f64,
+    /// Bytes in and out of the server per job planned.
+    pub bytes_per_job: f64,
 }
 
 /// The facts of a real-clock lab that a virtual one has no use for.
@@ -140,6 +179,9 @@ pub struct Figures {
     /// What the clients got: attempts, outcomes, refusals by layer.
     #[serde(flatten)]
     pub delivery: Delivery,
+    /// On a real queue: what the server cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueFigures>,
 }
 
 /// Every job's fate from its clients' side, with retries (files from

@@ -10,7 +10,8 @@ use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
 use super::interrupt::watch_ctrl_c;
 use super::{
     BandsFormat, BandsOpts, CalibrateFormat, CalibrateOpts, CompareFormat, CompareOpts,
-    EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, ReportOpts, RunPlan, ScenarioOpts, ValidateOpts,
+    EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, ReportOpts, RunPlan, ScenarioOpts,
+    ScriptsBackend, ScriptsOpts, ValidateOpts, WorkerOpts,
 };
 use crate::lab::{self, LabOutcome};
 use crate::output::progress::Progress;
@@ -55,13 +56,19 @@ pub fn run(plan: &RunPlan) -> Result<i32> {
         eprintln!("results saved to {}", path.display());
     }
     if outcome.interrupted {
-        say_what_was_kept(&outcome, saved.as_deref());
+        say_what_was_kept(&outcome, saved.as_deref(), "interrupted");
         return Ok(EXIT_INTERRUPTED);
+    }
+    if let Some(why) = &outcome.failed {
+        eprintln!("noisylab: {why}");
+        say_what_was_kept(&outcome, saved.as_deref(), "stopped");
+        return Ok(super::EXIT_BAD_INPUT);
     }
     Ok(EXIT_OK)
 }
 
-fn say_what_was_kept(outcome: &LabOutcome, saved: Option<&Path>) {
+/// What a lab that ended early (`how`: "interrupted", "stopped") kept.
+fn say_what_was_kept(outcome: &LabOutcome, saved: Option<&Path>, how: &str) {
     let kept: usize = outcome
         .results
         .strategies
@@ -69,14 +76,11 @@ fn say_what_was_kept(outcome: &LabOutcome, saved: Option<&Path>) {
         .map(|s| s.runs.len())
         .sum();
     match saved {
-        Some(path) => eprintln!(
-            "interrupted: kept {kept} completed run(s) in {}",
-            path.display()
-        ),
-        None if kept == 0 => eprintln!("interrupted before any run completed: nothing to save"),
-        None => eprintln!(
-            "interrupted: {kept} completed run(s), not saved (virtual clock without --out)"
-        ),
+        Some(path) => eprintln!("{how}: kept {kept} completed run(s) in {}", path.display()),
+        None if kept == 0 => eprintln!("{how} before any run completed: nothing to save"),
+        None => {
+            eprintln!("{how}: {kept} completed run(s), not saved (virtual clock without --out)")
+        }
     }
 }
 
@@ -247,5 +251,20 @@ pub fn calibrate(opts: &CalibrateOpts) -> Result<i32> {
         CalibrateFormat::Table => crate::report::calibration::render(&c),
     };
     std::io::stdout().write_all(text.as_bytes())?;
+    Ok(EXIT_OK)
+}
+
+/// `noisylab scripts redis`: the function library, as loaded into the server.
+pub fn scripts(opts: &ScriptsOpts) -> Result<i32> {
+    match opts.backend {
+        ScriptsBackend::Redis => print!("{}", crate::backend::redis::LIBRARY),
+    }
+    Ok(EXIT_OK)
+}
+
+/// `noisylab worker`: serve a lab on Redis until its coordinator says quit.
+pub fn worker(opts: &WorkerOpts) -> Result<i32> {
+    let lab = format!("noisylab:{}:", opts.run);
+    crate::backend::redis::worker::serve(&opts.backend, &lab, opts.workers)?;
     Ok(EXIT_OK)
 }

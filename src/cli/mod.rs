@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::backend::QueueBackend;
 use crate::calibrate::CalibratePlan;
 use crate::engine::Timer;
 use crate::lab::{self, LabPlan};
@@ -57,6 +58,38 @@ pub enum Command {
     /// Print a scenario built into noisylab, to start your own from
     /// (`noisylab scenario article > my.toml`).
     Scenario(ScenarioOpts),
+    /// Print a backend's scheduling code, explained, to paste into your own
+    /// stack (`noisylab scripts redis > noisylab.lua`).
+    Scripts(ScriptsOpts),
+    /// Join a lab on a Redis server as worker processes' threads, from this
+    /// machine or another (`run --backend redis://… --processes 0` waits
+    /// for them).
+    Worker(WorkerOpts),
+}
+
+#[derive(Debug, Args)]
+pub struct ScriptsOpts {
+    /// Which backend: redis.
+    #[arg(value_enum)]
+    pub backend: ScriptsBackend,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScriptsBackend {
+    Redis,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerOpts {
+    /// The lab's Redis server, `redis://HOST:PORT[/DB]`.
+    #[arg(long)]
+    pub backend: String,
+    /// The lab's id, as the coordinator prints it.
+    #[arg(long = "run", value_name = "ID")]
+    pub run: String,
+    /// Worker threads in this process.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub workers: u32,
 }
 
 /// What `bands` prints.
@@ -220,6 +253,37 @@ pub struct RunOpts {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Where the queue lives: `in-process` (this process's engine),
+    /// `redis` (a Redis server the lab starts and stops), or
+    /// `redis://HOST:PORT[/DB]` (an existing server; the lab's keys are
+    /// deleted at the end). Real clock only.
+    #[arg(long, default_value = "in-process", value_parser = parse_backend)]
+    pub backend: QueueBackend,
+    /// With a Redis backend: worker processes sharing the pool's workers
+    /// [default: enough that none runs more than 5 workers, at least 2];
+    /// 0 waits for `noisylab worker` processes started elsewhere.
+    #[arg(long)]
+    pub processes: Option<u32>,
+}
+
+/// `--backend`'s value.
+fn parse_backend(text: &str) -> Result<QueueBackend, String> {
+    use crate::backend::redis::{RedisPlan, Target};
+    let target = match text {
+        "in-process" => return Ok(QueueBackend::InProcess),
+        "redis" => Target::Own,
+        url if url.starts_with("redis://") => Target::Url(url.to_string()),
+        other => {
+            return Err(format!(
+                "unknown backend {other:?}: allowed: in-process, redis, redis://HOST:PORT[/DB]"
+            ));
+        }
+    };
+    Ok(QueueBackend::Redis(RedisPlan {
+        target,
+        processes: None,
+        worker_exe: None,
+    }))
 }
 
 /// A `run` command, checked and ready.
@@ -255,6 +319,14 @@ impl RunOpts {
         scenario
             .select(&self.strategies)
             .map_err(|e| anyhow::anyhow!("{}: {e}", self.scenario_label()))?;
+        let mut backend = self.backend.clone();
+        match (&mut backend, self.processes) {
+            (QueueBackend::Redis(r), processes) => r.processes = processes,
+            (QueueBackend::InProcess, Some(_)) => {
+                anyhow::bail!("--processes goes with a Redis backend (--backend redis)")
+            }
+            (QueueBackend::InProcess, None) => {}
+        }
         let save_to = match (self.clock, &self.out) {
             (_, Some(dir)) => Some(dir.clone()),
             (ClockKind::Real, None) => Some(lab::default_out()),
@@ -266,6 +338,7 @@ impl RunOpts {
                 clock: self.clock,
                 timer: self.timer,
                 keep_raw: save_to.is_some(),
+                backend,
             },
             format: self.format,
             save_to,
@@ -314,5 +387,7 @@ pub fn execute(cli: Cli) -> Result<i32> {
         Command::Calibrate(opts) => commands::calibrate(&opts),
         Command::Scenario(opts) => commands::scenario(&opts),
         Command::Bands(opts) => commands::bands(&opts),
+        Command::Scripts(opts) => commands::scripts(&opts),
+        Command::Worker(opts) => commands::worker(&opts),
     }
 }

@@ -135,6 +135,20 @@ impl Clock for RealClock {
     }
 }
 
+/// The precise timer for a thread of its own (a worker process's): sleep on
+/// the OS until `margin` before `target`, then spin to it. Never early.
+pub fn sleep_until_blocking(target: Instant, margin: Duration) {
+    if let Some(coarse) = target.checked_sub(margin) {
+        let now = Instant::now();
+        if coarse > now {
+            std::thread::sleep(coarse - now);
+        }
+    }
+    while Instant::now() < target {
+        std::hint::spin_loop();
+    }
+}
+
 /// Sleep on tokio until shortly before `target`, then spin to it: the wake
 /// is never early and late only by the spin loop's read of the clock.
 pub async fn precise_sleep_until(target: Instant, margin: Duration) {
@@ -170,7 +184,7 @@ pub fn runtime(drivers: Drivers) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// Ask Linux to fire this thread's timers without the default 50 µs slack.
-fn tighten_timer_slack() {
+pub fn tighten_timer_slack() {
     #[cfg(target_os = "linux")]
     // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only this thread.
     unsafe {

@@ -156,6 +156,18 @@ pub struct Pool {
     pub traffic: Option<std::sync::Arc<TrafficPlan>>,
 }
 
+impl Pool {
+    /// The retry-after a queue limit's refusal carries, in whole seconds:
+    /// how long the tenant's `waiting` jobs take to drain at its share of
+    /// the pool (its cap, or every worker).
+    pub fn retry_after_s(&self, tenant: TenantId, waiting: u32) -> u64 {
+        let parallel = self.cap.unwrap_or(u32::MAX).min(self.workers);
+        let job_ns = self.mean_job_ns[tenant as usize];
+        let ns = u128::from(waiting) * u128::from(job_ns) / u128::from(parallel.max(1));
+        ns.div_ceil(1_000_000_000) as u64
+    }
+}
+
 /// Busy workers by tenant class and jobs waiting, at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sample {
@@ -460,7 +472,7 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                     .as_ref()
                     .and_then(|c| c.traffic.plan().limit_retry_after_ns);
                 let hint = fixed.unwrap_or_else(|| {
-                    self.retry_after_s(job.tenant, rejected.waiting) * 1_000_000_000
+                    self.pool.retry_after_s(job.tenant, rejected.waiting) * 1_000_000_000
                 });
                 self.refuse(now, id, Refusal::Limit, Some(hint));
             }
@@ -614,13 +626,6 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     /// Seconds until a tenant with `waiting` jobs queued has drained them at
     /// its best rate (its cap, or the whole pool) and its mean job duration,
     /// rounded up as HTTP's Retry-After wants.
-    fn retry_after_s(&self, tenant: TenantId, waiting: u32) -> u64 {
-        let parallel = self.pool.cap.unwrap_or(u32::MAX).min(self.pool.workers);
-        let job_ns = self.pool.mean_job_ns[tenant as usize];
-        let ns = u128::from(waiting) * u128::from(job_ns) / u128::from(parallel.max(1));
-        ns.div_ceil(1_000_000_000) as u64
-    }
-
     fn finish(mut self) -> (Vec<JobRecord>, RunStats) {
         let end = self.clock.now();
         self.occupancy.advance(end, self.idle);
@@ -637,6 +642,77 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 c.saturated_by_class.iter().map(|s| s.total).collect();
         }
         (self.jobs, self.stats)
+    }
+}
+
+/// A run's [`RunStats`] from its records alone, for a run whose events the
+/// engine did not see (a queue on a server): occupancy samples and idle
+/// capacity while work waits, exactly as [`run`] integrates them, and the
+/// dispatch floor over the jobs that `found_idle` marks (their submit found
+/// a worker idle). For runs without clients: every record sent once, run or
+/// refused at the door. `end` is when the run ended (at least its last
+/// event). The records keep no retry-after: `retry_after_s_max` is 0.
+pub fn stats_from_records(
+    pool: &Pool,
+    jobs: &[JobRecord],
+    found_idle: &[bool],
+    end: Nanos,
+) -> RunStats {
+    // (instant, queued delta, busy normal delta, busy burst delta)
+    let mut events: Vec<(Nanos, i32, i32, i32)> = Vec::with_capacity(3 * jobs.len());
+    let mut floor = stats::new_histogram();
+    for (j, &idle) in jobs.iter().zip(found_idle) {
+        if j.enqueued == NEVER {
+            continue;
+        }
+        if let Fate::Refused(Refusal::Limit) = j.fate {
+            continue; // refused at the door: never queued
+        }
+        events.push((j.enqueued, 1, 0, 0));
+        if j.started != NEVER {
+            let burst = j.tenant >= pool.normal_tenants;
+            let (n, b) = if burst { (0, 1) } else { (1, 0) };
+            events.push((j.started, -1, n, b));
+            if j.finished != NEVER {
+                events.push((j.finished, 0, -n, -b));
+            }
+            if idle {
+                stats::record(&mut floor, j.started - j.enqueued);
+            }
+        }
+    }
+    events.sort_unstable_by_key(|e| e.0);
+    let mut occupancy = Occupancy::new(pool.sample_ns, pool.traffic_ns);
+    let (mut busy_normal, mut busy_burst, mut queued) = (0i64, 0i64, 0i64);
+    let mut k = 0;
+    while k < events.len() {
+        let at = events[k].0;
+        let idle = i64::from(pool.workers) - busy_normal - busy_burst;
+        occupancy.advance(at, idle.max(0) as u32);
+        while k < events.len() && events[k].0 == at {
+            queued += i64::from(events[k].1);
+            busy_normal += i64::from(events[k].2);
+            busy_burst += i64::from(events[k].3);
+            k += 1;
+        }
+        occupancy.busy_normal = busy_normal.max(0) as u32;
+        occupancy.busy_burst = busy_burst.max(0) as u32;
+        occupancy.queued = queued.max(0) as u32;
+    }
+    let idle = i64::from(pool.workers) - busy_normal - busy_burst;
+    occupancy.advance(end, idle.max(0) as u32);
+    RunStats {
+        dispatch_floor: floor,
+        provider_saturated_ns: 0,
+        provider_saturated_ns_by_class: Vec::new(),
+        reject_hold_ns: 0,
+        retry_after_s_max: 0, // the records keep no hint: the caller's to set
+        waiting_ns: occupancy.waiting_ns,
+        idle_worker_ns_while_waiting: occupancy.idle_worker_ns,
+        waiting_ns_in_traffic: occupancy.waiting_ns_in_traffic,
+        idle_worker_ns_while_waiting_in_traffic: occupancy.idle_worker_ns_in_traffic,
+        samples: occupancy.samples,
+        end,
     }
 }
 

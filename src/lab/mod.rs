@@ -20,11 +20,10 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use crate::backend::redis::{self, RedisBackend};
+use crate::backend::{Backend, InProcess, QueueBackend, RunError, RunInput, block_on_ready};
 use crate::calibrate::{self, CalibratePlan};
-use crate::engine::clock::{Drivers, runtime};
-use crate::engine::{
-    self, Interrupted, JobRecord, Pool, RealClock, RunStats, Timer, VirtualClock, load,
-};
+use crate::engine::{self, JobRecord, Pool, RunStats, Timer, VirtualClock, load};
 use crate::machine::Machine;
 use crate::output::progress::Progress;
 use crate::results::{ClockKind, LabResults, RealFacts, RunResult, SCHEMA_VERSION};
@@ -42,6 +41,8 @@ pub struct LabPlan {
     pub timer: Timer,
     /// Keep histograms and traces in the results (needed to save them).
     pub keep_raw: bool,
+    /// Where the queue lives: in this process (the default) or on a server.
+    pub backend: QueueBackend,
 }
 
 /// A finished (or interrupted) lab.
@@ -50,6 +51,9 @@ pub struct LabOutcome {
     pub results: LabResults,
     /// Ctrl-C stopped the lab; `results` holds only the runs that completed.
     pub interrupted: bool,
+    /// The backend failed mid-lab (one line); `results` holds only the runs
+    /// that completed.
+    pub failed: Option<String>,
 }
 
 pub fn pool_for(scenario: &Scenario, strategy: &Strategy) -> Pool {
@@ -150,7 +154,6 @@ pub struct RealContext {
     load_start: Option<[f64; 3]>,
     cpu_start: crate::machine::CpuSample,
     wall: Instant,
-    runtime: tokio::runtime::Runtime,
 }
 
 impl RealContext {
@@ -167,22 +170,7 @@ impl RealContext {
             load_start,
             cpu_start: crate::machine::CpuSample::now(),
             wall: Instant::now(),
-            runtime: runtime(Drivers::Timers)?,
         })
-    }
-
-    /// One run on real timers; `stop` ends it early.
-    fn run(
-        &self,
-        pool: &Pool,
-        sched: &mut AnyScheduler,
-        plan: Vec<JobRecord>,
-        seed: u64,
-        stop: &AtomicBool,
-    ) -> Result<(Vec<JobRecord>, RunStats), Interrupted> {
-        let mut clock = RealClock::with_margin(self.timer, self.margin());
-        self.runtime
-            .block_on(engine::run(&mut clock, pool, sched, plan, seed, stop))
     }
 
     /// The precise timer's margin, from this machine's calibration.
@@ -209,17 +197,20 @@ impl RealContext {
 }
 
 /// Run the whole lab. Between and during runs `stop` is watched: once set,
-/// the lab returns what completed so far with `interrupted` set.
+/// the lab returns what completed so far with `interrupted` set. A backend
+/// that fails mid-lab ends it the same way, with `failed` saying why.
 pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<LabOutcome> {
     let scenario = &plan.scenario;
+    check_backend(plan)?;
     let mut machine = Machine::this();
     let real = match plan.clock {
         ClockKind::Real => Some(RealContext::begin(plan.timer)?),
         ClockKind::Virtual => None,
     };
+    let mut backend = open_backend(plan, real.as_ref())?;
     let total = scenario.strategy.len() * scenario.runs as usize;
     let mut strategies = Vec::new();
-    let mut interrupted = false;
+    let (mut interrupted, mut failed) = (false, None);
     'strategies: for strategy in &scenario.strategy {
         let mut runs: Vec<RunResult> = Vec::new();
         for k in 0..scenario.runs {
@@ -228,11 +219,20 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
                 index: strategies.len() * scenario.runs as usize + k as usize,
                 total,
             };
-            match run_once(plan, strategy, at, real.as_ref(), stop, progress) {
+            match run_once(
+                plan,
+                strategy,
+                at,
+                backend.as_mut(),
+                real.is_some(),
+                stop,
+                progress,
+            ) {
                 Ok(run) => runs.push(run),
-                Err(Interrupted) => interrupted = true,
+                Err(RunError::Interrupted) => interrupted = true,
+                Err(RunError::Failed(e)) => failed = Some(format!("{e:#}")),
             }
-            interrupted |= stop.load(Ordering::Relaxed);
+            interrupted |= stop.load(Ordering::Relaxed) || failed.is_some();
             if interrupted {
                 break;
             }
@@ -244,6 +244,8 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
             break 'strategies;
         }
     }
+    let facts = backend.facts();
+    drop(backend); // stop a server and its workers before the wall time is taken
     let mut results = LabResults {
         schema: SCHEMA_VERSION,
         tool: env!("CARGO_PKG_VERSION").to_string(),
@@ -252,13 +254,58 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
         seed: scenario.seed,
         real: real.map(|r| r.end(&mut machine)),
         machine,
+        backend: facts,
         warnings: Vec::new(),
         strategies,
     };
     results.warnings = warnings::check(&results);
     Ok(LabOutcome {
         results,
-        interrupted,
+        interrupted: interrupted && failed.is_none(),
+        failed,
+    })
+}
+
+/// One line, before anything starts, for a lab its backend cannot run.
+fn check_backend(plan: &LabPlan) -> Result<()> {
+    let QueueBackend::Redis(_) = &plan.backend else {
+        return Ok(());
+    };
+    let s = &plan.scenario;
+    if plan.clock == ClockKind::Virtual {
+        anyhow::bail!(
+            "--backend redis runs on real timers only: drop --clock virtual (the virtual clock is the model)"
+        );
+    }
+    let population = s.population();
+    if population.keys() != population.tenants() {
+        anyhow::bail!(
+            "tenants split over API keys (keys = K) are not carried by the Redis backend yet"
+        );
+    }
+    for (i, strategy) in s.strategy.iter().enumerate() {
+        if let Some(why) = redis::unsupported(i, strategy) {
+            anyhow::bail!(why);
+        }
+        if limits::traffic_plan(s, strategy).is_some() {
+            anyhow::bail!(
+                "strategy[{i}] ({:?}): rate limits, budgets, the provider's limits, retrying clients \
+                 and fixed retry-afters are not carried by the Redis backend yet",
+                strategy.name
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The plan's backend, ready to run.
+fn open_backend(plan: &LabPlan, real: Option<&RealContext>) -> Result<Box<dyn Backend>> {
+    Ok(match (&plan.backend, real) {
+        (_, None) => Box::new(InProcess::Virtual),
+        (QueueBackend::InProcess, Some(r)) => Box::new(InProcess::real(plan.timer, r.margin())?),
+        (QueueBackend::Redis(redis), Some(_)) => {
+            Box::new(RedisBackend::start(redis, plan.scenario.workers)?)
+        }
     })
 }
 
@@ -272,48 +319,57 @@ struct Position {
     total: usize,
 }
 
-/// One run of one strategy, summarised: on real timers inside `real`, else
-/// on the virtual clock.
+/// One run of one strategy on `backend`, summarised; on real timers (`real`)
+/// with a progress bar.
 fn run_once(
     plan: &LabPlan,
     strategy: &Strategy,
     at: Position,
-    real: Option<&RealContext>,
+    backend: &mut dyn Backend,
+    real: bool,
     stop: &AtomicBool,
     progress: &Progress,
-) -> Result<RunResult, Interrupted> {
+) -> Result<RunResult, RunError> {
     let scenario = &plan.scenario;
     let seed = scenario.seed + u64::from(at.run);
     let pool = pool_for(scenario, strategy);
-    let (jobs, stats) = match real {
-        None => run_virtual(scenario, strategy, seed),
-        Some(real) => {
-            // The virtual clock predicts the run's length for the progress bar.
-            let expected_s = run_virtual(scenario, strategy, seed).1.end as f64 / 1e9;
-            let bar = progress.run_bar(
-                &strategy.name,
-                at.run + 1,
-                scenario.runs,
-                at.index,
-                at.total,
-                expected_s,
-            );
-            let plan = load::plan(scenario, seed);
-            let mut sched = scheduler(scenario, strategy, &plan);
-            let out = real.run(&pool, &mut sched, plan, seed, stop);
-            bar.finish();
-            out?
-        }
+    let bar = real.then(|| {
+        // The virtual clock predicts the run's length for the progress bar.
+        let expected_s = run_virtual(scenario, strategy, seed).1.end as f64 / 1e9;
+        progress.run_bar(
+            &strategy.name,
+            at.run + 1,
+            scenario.runs,
+            at.index,
+            at.total,
+            expected_s,
+        )
+    });
+    let arrivals = load::plan(scenario, seed);
+    let input = RunInput {
+        scenario,
+        strategy,
+        pool: &pool,
+        sched: scheduler(scenario, strategy, &arrivals),
+        plan: arrivals,
+        seed,
     };
-    Ok(summary::run(
+    let record = backend.run(input, stop);
+    if let Some(bar) = bar {
+        bar.finish();
+    }
+    let record = record?;
+    let mut run = summary::run(
         scenario,
         strategy,
         &pool,
         seed,
-        &jobs,
-        &stats,
+        &record.jobs,
+        &record.stats,
         plan.keep_raw,
-    ))
+    );
+    run.figures.queue = record.queue;
+    Ok(run)
 }
 
 /// A whole lab on the virtual clock, without histograms: deterministic for
@@ -324,21 +380,11 @@ pub fn virtual_lab(scenario: Scenario) -> LabResults {
         clock: ClockKind::Virtual,
         timer: Timer::default(),
         keep_raw: false,
+        backend: QueueBackend::InProcess,
     };
     run(&plan, &AtomicBool::new(false), &Progress::hidden())
         .expect("a virtual lab needs no calibration and is never interrupted")
         .results
-}
-
-/// Drive a future that never waits on I/O or timers (a virtual-clock run)
-/// to completion on this thread.
-pub fn block_on_ready<F: std::future::Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match fut.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(out) => out,
-        std::task::Poll::Pending => panic!("a virtual-clock run never waits"),
-    }
 }
 
 /// Where a real-clock lab saves its results by default.

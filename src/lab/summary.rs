@@ -8,8 +8,8 @@ use hdrhistogram::Histogram;
 use crate::engine::load::secs_to_ns;
 use crate::engine::{JobRecord, NEVER, Nanos, Pool, RunStats};
 use crate::results::{
-    ClassFigures, Delivery, Fairness, Figures, OccupancyTrace, RawHistograms, RawRun, Refused,
-    RunResult, Slowdown, StrategyResults, TenantFigures,
+    ClassFigures, Delivery, Fairness, Figures, OccupancyTrace, QueueFigures, RawHistograms, RawRun,
+    Refused, RunResult, Slowdown, StrategyResults, TenantFigures,
 };
 use crate::scenario::{Population, Scenario, Strategy};
 use crate::stats::{
@@ -110,6 +110,7 @@ pub fn run(
         tenants: per_tenant.figures(&population, scenario.alert_p95_ms),
         fairness,
         delivery: delivery.total,
+        queue: None, // a real queue's backend adds its own
     };
     let raw = keep_raw.then(|| raw_run(&m, pool, jobs, stats, &per_tenant));
     RunResult { seed, figures, raw }
@@ -436,7 +437,25 @@ fn combine(runs: &[&Figures], pick: Pick) -> Figures {
             window_s: f(&|r| r.fairness.window_s),
         },
         delivery: combine_delivery(runs.iter().map(|r| &r.delivery), pick),
+        queue: combine_queue(runs, pick),
     }
+}
+
+/// `pick` of each queue figure across the runs that have them.
+fn combine_queue(runs: &[&Figures], pick: Pick) -> Option<QueueFigures> {
+    let qs: Vec<&QueueFigures> = runs.iter().filter_map(|r| r.queue.as_ref()).collect();
+    if qs.is_empty() {
+        return None;
+    }
+    let f = |get: &dyn Fn(&QueueFigures) -> f64| pick_all(qs.iter().map(|q| get(q)), pick);
+    Some(QueueFigures {
+        take_rtt_us: pick_percentiles(qs.iter().map(|q| &q.take_rtt_us), pick),
+        submit_rtt_us: pick_percentiles(qs.iter().map(|q| &q.submit_rtt_us), pick),
+        server_us_per_call: f(&|q| q.server_us_per_call),
+        server_cpu_s: f(&|q| q.server_cpu_s),
+        calls_per_job: f(&|q| q.calls_per_job),
+        bytes_per_job: f(&|q| q.bytes_per_job),
+    })
 }
 
 /// `pick` of each delivery figure across runs.

@@ -417,6 +417,7 @@ mod tests {
             clock: ClockKind::Virtual,
             timer: Default::default(),
             keep_raw: false,
+            backend: Default::default(),
         };
         let never = std::sync::atomic::AtomicBool::new(false);
         let progress = crate::output::progress::Progress::hidden();

@@ -24,6 +24,7 @@ fn saved_lab(dir: &Path) -> PathBuf {
         clock: ClockKind::Virtual,
         timer: Default::default(),
         keep_raw: true,
+        backend: Default::default(),
     };
     let mut results = lab::run(&plan, &AtomicBool::new(false), &Progress::hidden())
         .unwrap()

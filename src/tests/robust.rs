@@ -450,6 +450,7 @@ fn results_sample() -> &'static str {
             clock: noisylab::results::ClockKind::Virtual,
             timer: Default::default(),
             keep_raw: false,
+            backend: Default::default(),
         };
         let r = noisylab::lab::run(
             &plan,

@@ -354,6 +354,7 @@ fn a_short_real_clock_run_with_lognormal_jobs() {
         clock: ClockKind::Real,
         timer: Default::default(),
         keep_raw: false,
+        backend: Default::default(),
     };
     let r = lab::run(&plan, &AtomicBool::new(false), &Progress::hidden())
         .unwrap()

@@ -1,0 +1,143 @@
+//! Backends: where a run's queue lives and who runs its jobs.
+//!
+//! One trait, [`Backend`]: take a strategy's seeded arrival plan (the same
+//! plan on every backend, so `validate` replays any run on the model) and
+//! return the run's [`RunRecord`], every job's life on one clock, from which
+//! the lab computes every figure.
+//!
+//! - [`InProcess`]: the engine's own event loop and schedulers (`sched`), in
+//!   this process: on the virtual clock (the model) or on real timers. The
+//!   reference every other backend is tested against.
+//! - [`redis`]: the same disciplines as functions inside a Redis server,
+//!   workers in separate processes, every instant from the server's clock.
+
+pub mod redis;
+
+use std::sync::atomic::AtomicBool;
+
+use crate::engine::clock::{Drivers, RealClock, Timer, VirtualClock, runtime};
+use crate::engine::{self, JobRecord, Pool, RunStats};
+use crate::results::{BackendFacts, QueueFigures};
+use crate::scenario::{Scenario, Strategy};
+use crate::sched::AnyScheduler;
+
+/// Where a lab's queue lives, as the command line asks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum QueueBackend {
+    /// The engine's own schedulers, in this process.
+    #[default]
+    InProcess,
+    /// Functions inside a Redis server, workers in their own processes.
+    Redis(redis::RedisPlan),
+}
+
+/// What one run is given: the scenario and strategy, the pool, the seeded
+/// arrival plan, and the in-process scheduler for it (the reference; a
+/// server-side backend keeps its own).
+pub struct RunInput<'a> {
+    pub scenario: &'a Scenario,
+    pub strategy: &'a Strategy,
+    pub pool: &'a Pool,
+    pub plan: Vec<JobRecord>,
+    pub seed: u64,
+    pub sched: AnyScheduler,
+}
+
+/// What one run leaves: every attempt's record and what was measured beside
+/// them; on a real queue, what the server cost.
+pub struct RunRecord {
+    pub jobs: Vec<JobRecord>,
+    pub stats: RunStats,
+    pub queue: Option<QueueFigures>,
+}
+
+/// Why a run has no record.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Ctrl-C.
+    #[error("run interrupted")]
+    Interrupted,
+    /// The backend failed (a server died, a worker process exited): one line.
+    #[error("{0:#}")]
+    Failed(anyhow::Error),
+}
+
+impl From<engine::Interrupted> for RunError {
+    fn from(_: engine::Interrupted) -> RunError {
+        RunError::Interrupted
+    }
+}
+
+/// Where a lab's runs execute.
+pub trait Backend {
+    /// Run one strategy's plan; `stop` ends it early.
+    fn run(&mut self, input: RunInput<'_>, stop: &AtomicBool) -> Result<RunRecord, RunError>;
+    /// What the results file says of the backend (`None`: in-process).
+    fn facts(&self) -> Option<BackendFacts> {
+        None
+    }
+}
+
+/// The engine in this process, on the virtual clock or on real timers.
+pub enum InProcess {
+    Virtual,
+    Real {
+        runtime: tokio::runtime::Runtime,
+        timer: Timer,
+        /// The precise timer's spin margin (from calibration).
+        margin: std::time::Duration,
+    },
+}
+
+impl InProcess {
+    /// Real timers, on a single-threaded runtime of their own.
+    pub fn real(timer: Timer, margin: std::time::Duration) -> anyhow::Result<InProcess> {
+        Ok(InProcess::Real {
+            runtime: runtime(Drivers::Timers)?,
+            timer,
+            margin,
+        })
+    }
+}
+
+impl Backend for InProcess {
+    fn run(&mut self, input: RunInput<'_>, stop: &AtomicBool) -> Result<RunRecord, RunError> {
+        let RunInput {
+            pool,
+            plan,
+            seed,
+            mut sched,
+            ..
+        } = input;
+        let (jobs, stats) = match self {
+            InProcess::Virtual => {
+                let mut clock = VirtualClock::new();
+                block_on_ready(engine::run(&mut clock, pool, &mut sched, plan, seed, stop))?
+            }
+            InProcess::Real {
+                runtime,
+                timer,
+                margin,
+            } => {
+                let mut clock = RealClock::with_margin(*timer, *margin);
+                runtime.block_on(engine::run(&mut clock, pool, &mut sched, plan, seed, stop))?
+            }
+        };
+        Ok(RunRecord {
+            jobs,
+            stats,
+            queue: None,
+        })
+    }
+}
+
+/// Drive a future that never waits on I/O or timers (a virtual-clock run)
+/// to completion on this thread.
+pub fn block_on_ready<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => panic!("a virtual-clock run never waits"),
+    }
+}

@@ -1,0 +1,314 @@
+#!lua name=noisylab
+-- noisylab's queue disciplines as a Redis 7 function library: the post's
+-- shared FIFO, its fair queue (round robin over tenants), a per-tenant
+-- concurrency cap (optionally lending idle workers past it) and a per-tenant
+-- queue limit. Every scheduling decision is made here, inside the server, in
+-- one atomic call: a submit, a take, a finish and the next take.
+--
+-- Load it with `redis-cli FUNCTION LOAD REPLACE "$(cat noisylab.lua)"`.
+--
+-- Keys. Every key of one queue sits under a prefix P (ARGV[1], for example
+-- "noisylab:7f3a:"), so many queues share a server; tenants are numbers.
+--   P.."cfg"     hash   queue = fifo | fair, cap, limit, reserve (-1: no lending)
+--   P.."q:"..t   list   tenant t's waiting jobs, oldest first
+--   P.."run"     hash   tenant -> its jobs running now
+--   P.."queued"  string jobs waiting, all tenants
+--   P.."ready"   zset   fifo: tenants below their cap with work, scored by
+--                       their oldest job (job ids grow with arrival)
+--   P.."fresh"   list   fair: tenants that just got work after having none;
+--                       served first, one job each
+--   P.."ring"    list   fair: tenants served that still have work, or back
+--                       from their cap; a turn sends a tenant to the back
+--   P.."capped"  zset   with lending: tenants at their cap with work, by
+--                       their oldest job
+--   P.."dur"     hash   job -> how long it holds its worker (ns), until taken
+--   P.."runnable" string jobs that may start now, below their tenants' caps:
+--                       the sum over tenants of min(waiting, cap - running)
+--   P.."idle"    string workers blocked on P.."wake"
+--   P.."wake"    list   one token per idle worker woken to take a job
+--   P.."pending" string wake tokens pushed and not yet taken up: a submit
+--                       wakes a worker only for a job no token covers yet
+--   P.."log"     list   "e|s|f|r job time_us [woke]": enqueued, started,
+--                       finished, refused; the server's clock (TIME)
+--   P.."done", P.."expect", P.."end": finishes counted; the submitter's
+--                       total; a token pushed when the two meet
+--
+-- Cost. fair: O(1) a call; fifo, a cap with lending: O(log tenants) (one
+-- sorted-set operation); never a scan over tenants or jobs. (Keys are built
+-- from the prefix rather than passed in KEYS: for one server, not a cluster.)
+--
+-- The same rules as noisylab's in-process schedulers (src/sched/), which
+-- the tests hold these functions to, job for job.
+
+local NO_CAP = 2147483647
+
+local function cfg(P)
+  local c = redis.call('HMGET', P .. 'cfg', 'queue', 'cap', 'limit', 'reserve')
+  if not c[1] then
+    error('noisylab: no queue under prefix ' .. P)
+  end
+  return { queue = c[1], cap = tonumber(c[2]), limit = tonumber(c[3]), reserve = tonumber(c[4]) }
+end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function log(P, kind, job, us, extra)
+  redis.call('RPUSH', P .. 'log', string.format('%s %d %.0f%s', kind, job, us, extra or ''))
+end
+
+local function running(P, t)
+  return tonumber(redis.call('HGET', P .. 'run', t) or 0)
+end
+
+-- How many of a tenant's `w` waiting jobs may start with `r` running.
+local function startable(c, w, r)
+  return math.max(0, math.min(w, c.cap - r))
+end
+
+-- Keep P.."runnable" as a tenant goes from (w0, r0) to (w1, r1).
+local function runnable(P, c, w0, r0, w1, r1)
+  local delta = startable(c, w1, r1) - startable(c, w0, r0)
+  if delta ~= 0 then redis.call('INCRBY', P .. 'runnable', delta) end
+end
+
+local function head(P, t)
+  local h = redis.call('LINDEX', P .. 'q:' .. t, 0)
+  if h then return tonumber(h) end
+  return nil
+end
+
+-- The tenant can be served again (work waiting, below its cap).
+local function ready(P, c, t, job)
+  if c.queue == 'fifo' then
+    redis.call('ZADD', P .. 'ready', job, t)
+  else
+    redis.call('RPUSH', P .. 'ring', t)
+  end
+end
+
+-- Queue a job, or refuse it when its tenant has `limit` waiting.
+-- Returns true, or false and the tenant's waiting count.
+local function push(P, c, t, job)
+  local q = P .. 'q:' .. t
+  local waiting = redis.call('LLEN', q)
+  if waiting >= c.limit then return false, waiting end
+  redis.call('RPUSH', q, job)
+  redis.call('INCR', P .. 'queued')
+  local r = running(P, t)
+  runnable(P, c, waiting, r, waiting + 1, r)
+  if waiting == 0 and r < c.cap then
+    if c.queue == 'fifo' then
+      redis.call('ZADD', P .. 'ready', job, t)
+    else
+      redis.call('RPUSH', P .. 'fresh', t)
+    end
+  elseif waiting == 0 and c.reserve >= 0 then
+    redis.call('ZADD', P .. 'capped', job, t)
+  end
+  return true
+end
+
+-- Pop the tenant's oldest job and count it running.
+local function start(P, c, t)
+  local q = P .. 'q:' .. t
+  local job = tonumber(redis.call('LPOP', q))
+  redis.call('DECR', P .. 'queued')
+  local r = redis.call('HINCRBY', P .. 'run', t, 1)
+  local w = redis.call('LLEN', q)
+  runnable(P, c, w + 1, r - 1, w, r)
+  return job, r, head(P, t)
+end
+
+-- The next job by the discipline: tenant, job; nil when none may start.
+local function take(P, c)
+  local t
+  if c.queue == 'fifo' then
+    local z = redis.call('ZPOPMIN', P .. 'ready')
+    if #z == 0 then return nil end
+    t = z[1]
+  else
+    t = redis.call('LPOP', P .. 'fresh') or redis.call('LPOP', P .. 'ring')
+    if not t then return nil end
+  end
+  local job, r, h = start(P, c, t)
+  if h and r < c.cap then
+    ready(P, c, t, h)
+  elseif h and c.reserve >= 0 then
+    redis.call('ZADD', P .. 'capped', h, t)
+  end
+  return t, job
+end
+
+-- With lending: the oldest job of a tenant at its cap, started over it.
+local function take_over(P, c)
+  local z = redis.call('ZPOPMIN', P .. 'capped')
+  if #z == 0 then return nil end
+  local t = z[1]
+  local job, _, h = start(P, c, t)
+  if h then redis.call('ZADD', P .. 'capped', h, t) end
+  return t, job
+end
+
+-- What a worker asking now gets, `idle` workers being idle (itself too).
+local function next_job(P, c, idle)
+  local t, job = take(P, c)
+  if not t and c.reserve >= 0 and idle > c.reserve then
+    t, job = take_over(P, c)
+  end
+  return t, job
+end
+
+-- Whether to wake one more idle worker: jobs that may start now (and,
+-- with lending and more than `reserve` idle, the capped ones too) that no
+-- wake token on its way covers yet.
+local function wake_another(P, c, idle)
+  local n = tonumber(redis.call('GET', P .. 'runnable') or 0)
+  if c.reserve >= 0 and idle > c.reserve then
+    n = tonumber(redis.call('GET', P .. 'queued') or 0)
+  end
+  return n > tonumber(redis.call('GET', P .. 'pending') or 0)
+end
+
+-- A running job of tenant t finished.
+local function finished(P, c, t)
+  local r = redis.call('HINCRBY', P .. 'run', t, -1)
+  if c.cap == NO_CAP or c.cap - r <= 0 then return end -- no cap; or still at (lent, over) it
+  local w = redis.call('LLEN', P .. 'q:' .. t)
+  runnable(P, c, w, r + 1, w, r)
+  if r + 1 ~= c.cap then return end
+  local h = head(P, t)
+  if not h then return end
+  if c.reserve >= 0 then redis.call('ZREM', P .. 'capped', t) end
+  ready(P, c, t, h)
+end
+
+-- A worker's next job, stamped started, as "job tenant duration_ns"; or,
+-- with none to start, the worker counted idle (it then blocks on P.."wake").
+local function hand_out(P, c)
+  if c.queue == 'halt' then
+    redis.call('INCR', P .. 'idle')
+    return false
+  end
+  local idle = tonumber(redis.call('GET', P .. 'idle') or 0) + 1
+  local t, job = next_job(P, c, idle)
+  if not t then
+    redis.call('INCR', P .. 'idle')
+    return false
+  end
+  local dur = redis.call('HGET', P .. 'dur', job)
+  redis.call('HDEL', P .. 'dur', job)
+  log(P, 's', job, now_us())
+  return string.format('%d %s %s', job, t, dur)
+end
+
+-- setup(P, queue, cap, limit, reserve): a new queue; refused if P is in use.
+local function setup(_, args)
+  local P = args[1]
+  if redis.call('EXISTS', P .. 'cfg') == 1 then
+    return redis.error_reply('noisylab: prefix ' .. P .. ' is already in use')
+  end
+  local cap = tonumber(args[3])
+  local limit = tonumber(args[4])
+  if cap < 0 then cap = NO_CAP end
+  if limit < 0 then limit = NO_CAP end
+  redis.call('HSET', P .. 'cfg', 'queue', args[2], 'cap', cap, 'limit', limit, 'reserve', args[5])
+  return 1
+end
+
+-- submit(P, job, tenant, duration_ns): {1, woke} (woke: 1 if an idle worker
+-- was woken for it) or {0, waiting} (refused by the queue limit).
+local function submit(_, args)
+  local P, job, t = args[1], tonumber(args[2]), args[3]
+  local c = cfg(P)
+  local us = now_us()
+  local ok, waiting = push(P, c, t, job)
+  if not ok then
+    log(P, 'r', job, us)
+    return { 0, waiting }
+  end
+  redis.call('HSET', P .. 'dur', job, args[4])
+  local idle = tonumber(redis.call('GET', P .. 'idle') or 0)
+  local woke = 0
+  if idle > 0 and wake_another(P, c, idle) then
+    redis.call('DECR', P .. 'idle')
+    redis.call('INCR', P .. 'pending')
+    redis.call('RPUSH', P .. 'wake', 1)
+    woke = 1
+  end
+  log(P, 'e', job, us, ' ' .. woke)
+  return { 1, woke }
+end
+
+-- take(P, woken): a worker asks for a job, at the run's start (0) or
+-- woken by a token (1).
+local function take_job(_, args)
+  local P = args[1]
+  if args[2] == '1' then redis.call('DECR', P .. 'pending') end
+  return hand_out(P, cfg(P))
+end
+
+-- finish(P, job, tenant): the job is done; the same worker's next job.
+local function finish(_, args)
+  local P, job, t = args[1], tonumber(args[2]), args[3]
+  local c = cfg(P)
+  log(P, 'f', job, now_us())
+  finished(P, c, t)
+  local done = redis.call('INCR', P .. 'done')
+  local expect = tonumber(redis.call('GET', P .. 'expect') or -1)
+  if done == expect then redis.call('RPUSH', P .. 'end', 1) end
+  return hand_out(P, c)
+end
+
+-- expect(P, n): the submitter accepted n jobs in all; P.."end" gets a token
+-- once n have finished.
+local function expect(_, args)
+  local P, n = args[1], tonumber(args[2])
+  redis.call('SET', P .. 'expect', n)
+  if tonumber(redis.call('GET', P .. 'done') or 0) >= n then
+    redis.call('RPUSH', P .. 'end', 1)
+  end
+  return 1
+end
+
+-- halt(P): the run is over early (Ctrl-C, a failure): workers get no more
+-- jobs, only their current one finishes.
+local function halt(_, args)
+  redis.call('HSET', args[1] .. 'cfg', 'queue', 'halt')
+  return 1
+end
+
+-- The scheduler alone, for the equivalence tests: push(P, job, tenant) as
+-- submit without the wake; pop(P, idle) -> {tenant, job} or nil;
+-- done(P, tenant) as a finish.
+local function push_only(_, args)
+  local P = args[1]
+  local ok, waiting = push(P, cfg(P), args[3], tonumber(args[2]))
+  if ok then return { 1, 0 } end
+  return { 0, waiting }
+end
+
+local function pop_only(_, args)
+  local P = args[1]
+  local t, job = next_job(P, cfg(P), tonumber(args[2]))
+  if not t then return false end
+  return { tonumber(t), job }
+end
+
+local function done_only(_, args)
+  local P = args[1]
+  finished(P, cfg(P), args[2])
+  return 1
+end
+
+redis.register_function('noisylab_setup', setup)
+redis.register_function('noisylab_submit', submit)
+redis.register_function('noisylab_take', take_job)
+redis.register_function('noisylab_finish', finish)
+redis.register_function('noisylab_expect', expect)
+redis.register_function('noisylab_halt', halt)
+redis.register_function('noisylab_push', push_only)
+redis.register_function('noisylab_pop', pop_only)
+redis.register_function('noisylab_done', done_only)

@@ -1,0 +1,142 @@
+//! A Redis server of the lab's own: `redis-server` on a free loopback port,
+//! in a temp folder, persistence off; stopped when dropped (success, error
+//! or Ctrl-C alike), and told to stop with noisylab if noisylab is killed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// The message for a machine without the server.
+pub const NOT_INSTALLED: &str = "redis-server is not on PATH: install it (Debian and Ubuntu: \
+     `apt-get install redis-server`; macOS: `brew install redis`), or give a server with \
+     --backend redis://HOST:PORT";
+
+/// How long a new server may take to answer.
+const START_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A running server that this process started.
+#[derive(Debug)]
+pub struct OwnedServer {
+    child: Child,
+    dir: PathBuf,
+    pub url: String,
+}
+
+/// `name` found on `PATH`.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A port nobody listens on now (the OS's choice; a race with another
+/// program is possible but harmless: the server then fails to start).
+pub fn free_port() -> Result<u16> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Have the child get SIGTERM when this process dies, however it dies.
+pub fn die_with_parent(cmd: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl is async-signal-safe and touches only the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
+impl OwnedServer {
+    pub fn start() -> Result<OwnedServer> {
+        let Some(exe) = on_path("redis-server") else {
+            bail!(NOT_INSTALLED);
+        };
+        let port = free_port()?;
+        let dir =
+            std::env::temp_dir().join(format!("noisylab-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let log = dir.join("redis.log");
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--loglevel", "warning"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        die_with_parent(&mut cmd);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {}", exe.display()))?;
+        let mut server = OwnedServer {
+            child,
+            dir,
+            url: format!("redis://127.0.0.1:{port}/"),
+        };
+        server.wait_ready(&log)?;
+        Ok(server)
+    }
+
+    /// Until the server answers PING; its log's last line if it exits.
+    fn wait_ready(&mut self, log: &Path) -> Result<()> {
+        let client = ::redis::Client::open(self.url.as_str())?;
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            if let Ok(mut con) = client.get_connection()
+                && ::redis::cmd("PING").query::<String>(&mut con).is_ok()
+            {
+                return Ok(());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let last = text.lines().last().unwrap_or("no log").trim();
+                bail!("redis-server exited at start ({status}): {last}");
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "redis-server did not answer on {} within {} s",
+                    self.url,
+                    START_DEADLINE.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The server's process id (for tests that stop it from outside).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for OwnedServer {
+    fn drop(&mut self) {
+        // SIGTERM lets it exit cleanly (no save: persistence is off).
+        // SAFETY: a plain signal to our own child.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,128 @@
+//! `noisylab worker`: a process of worker threads that joins a lab on a
+//! Redis server, from this machine or another. Each thread holds one
+//! connection and, run after run:
+//!
+//! 1. waits for the next run (a blocking pop on the lab's `runs` list);
+//! 2. asks for a job (`noisylab_take`); with none to start it is counted
+//!    idle by the server and blocks on the run's `wake` list, never polling;
+//! 3. holds the job for its duration on a precise timer, then finishes it
+//!    and gets its next job in the same call (`noisylab_finish`);
+//! 4. on `stop`, leaves its round-trip times for the coordinator.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use hdrhistogram::Histogram;
+use redis::{Client, Connection, cmd};
+
+use crate::engine::clock::{sleep_until_blocking, tighten_timer_slack};
+use crate::stats::{encode_histogram, new_histogram, record};
+
+/// The token that ends a run for one worker, on the run's `wake` list.
+pub const STOP: &str = "stop";
+/// The token that ends a worker thread, on the lab's `runs` list.
+pub const QUIT: &str = "quit";
+/// How early a worker's OS sleep ends, to spin the rest of a job's hold:
+/// many worker threads spin on few cores, so far less than the in-process
+/// lab's 3 ms (a thread sleep on Linux with 1 ns of timer slack wakes well
+/// within this on an idle machine).
+pub const HOLD_MARGIN: Duration = Duration::from_micros(0);
+
+/// Serve the lab `lab` (its key prefix) on `url` with `threads` workers,
+/// until the coordinator says quit.
+pub fn serve(url: &str, lab: &str, threads: u32) -> Result<()> {
+    let client = Client::open(url).with_context(|| format!("bad Redis URL {url}"))?;
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (client, lab) = (client.clone(), lab.to_string());
+            std::thread::spawn(move || worker(&client, &lab))
+        })
+        .collect();
+    for h in handles {
+        h.join()
+            .map_err(|_| anyhow!("a worker thread panicked"))??;
+    }
+    Ok(())
+}
+
+fn worker(client: &Client, lab: &str) -> Result<()> {
+    tighten_timer_slack();
+    let mut con = client
+        .get_connection()
+        .context("cannot connect to the Redis server")?;
+    cmd("INCR")
+        .arg(format!("{lab}joined"))
+        .query::<i64>(&mut con)?;
+    loop {
+        let (_, token): (String, String) = cmd("BLPOP")
+            .arg(format!("{lab}runs"))
+            .arg(0)
+            .query(&mut con)?;
+        if token == QUIT {
+            return Ok(());
+        }
+        serve_run(&mut con, &token)?;
+    }
+}
+
+/// One run, under its key prefix `p`.
+fn serve_run(con: &mut Connection, p: &str) -> Result<()> {
+    let mut rtt = new_histogram();
+    let wake = format!("{p}wake");
+    let mut next = take(con, p, false, &mut rtt)?;
+    loop {
+        let Some(payload) = next else {
+            let (_, token): (String, String) = cmd("BLPOP").arg(&wake).arg(0).query(con)?;
+            if token == STOP {
+                break;
+            }
+            next = take(con, p, true, &mut rtt)?;
+            continue;
+        };
+        let (job, tenant, hold) = parse(&payload)?;
+        sleep_until_blocking(Instant::now() + hold, HOLD_MARGIN);
+        let sent = Instant::now();
+        next = cmd("FCALL")
+            .arg("noisylab_finish")
+            .arg(0)
+            .arg(p)
+            .arg(job)
+            .arg(tenant)
+            .query(con)?;
+        record(&mut rtt, sent.elapsed().as_nanos() as u64);
+    }
+    cmd("RPUSH")
+        .arg(format!("{p}rtt"))
+        .arg(encode_histogram(&rtt))
+        .query::<i64>(con)?;
+    Ok(())
+}
+
+/// A take at the run's start, or after a wake token (`woken`).
+fn take(
+    con: &mut Connection,
+    p: &str,
+    woken: bool,
+    rtt: &mut Histogram<u64>,
+) -> Result<Option<String>> {
+    let sent = Instant::now();
+    let next = cmd("FCALL")
+        .arg("noisylab_take")
+        .arg(0)
+        .arg(p)
+        .arg(u8::from(woken))
+        .query(con)?;
+    record(rtt, sent.elapsed().as_nanos() as u64);
+    Ok(next)
+}
+
+/// "job tenant duration_ns".
+fn parse(payload: &str) -> Result<(u32, u32, Duration)> {
+    let mut it = payload.split(' ').map(str::parse::<u64>);
+    match (it.next(), it.next(), it.next()) {
+        (Some(Ok(job)), Some(Ok(tenant)), Some(Ok(ns))) => {
+            Ok((job as u32, tenant as u32, Duration::from_nanos(ns)))
+        }
+        _ => bail!("a job from the server that is not \"job tenant duration\": {payload:?}"),
+    }
+}

@@ -1,0 +1,507 @@
+//! Backends. The in-process engine's figures computed from its records alone
+//! (what a server-side backend has) equal the ones it integrates as it runs.
+//! On Redis (a server each test starts on a free loopback port and stops,
+//! pass or fail): the functions give the in-process schedulers' jobs and
+//! refusals for random operation sequences; a lab on worker processes loses
+//! nothing, keeps every cap by the server's stamps and reproduces the
+//! model; and the faults a user meets first end in one line, not a hang.
+//!
+//! Without `redis-server` on PATH the Redis tests pass without running and
+//! say so on stderr (`make test` prints one line); with
+//! `NOISYLAB_REQUIRE_SERVERS=1` (CI) they fail instead.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+
+use noisylab::backend::redis::server::{self, OwnedServer};
+use noisylab::backend::redis::{self as redis_backend, RedisBackend, RedisPlan, Target};
+use noisylab::backend::{Backend, RunInput};
+use noisylab::engine::{Fate, JobRecord, NEVER, stats_from_records};
+use noisylab::lab;
+use noisylab::scenario::{Queue, Scenario, Strategy as Def};
+use noisylab::sched::{AnyScheduler, Scheduler};
+use proptest::prelude::*;
+
+const NOISYLAB: &str = env!("CARGO_BIN_EXE_noisylab");
+
+/// The tests that run real-clock labs take turns: side by side, each would
+/// measure the other's load.
+static REAL_CLOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    REAL_CLOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[test]
+fn figures_from_the_records_alone_equal_the_engines_own() {
+    for name in ["article", "lend", "smoke", "sybil", "tiers"] {
+        let s = Scenario::load(Path::new(&format!("lab/{name}.toml"))).unwrap();
+        for def in &s.strategy {
+            let pool = lab::pool_for(&s, def);
+            if pool.traffic.is_some() {
+                continue; // clients and limits: the engine's alone
+            }
+            let (jobs, stats) = lab::run_virtual(&s, def, s.seed);
+            // On the virtual clock a job found a worker idle exactly when it
+            // started at its enqueue instant.
+            let idle: Vec<bool> = jobs.iter().map(|j| j.started == j.enqueued).collect();
+            let replay = stats_from_records(&pool, &jobs, &idle, stats.end);
+            let what = format!("{name}: {}", def.name);
+            assert_eq!(replay.samples, stats.samples, "{what}: samples");
+            assert_eq!(replay.waiting_ns, stats.waiting_ns, "{what}");
+            assert_eq!(
+                replay.idle_worker_ns_while_waiting, stats.idle_worker_ns_while_waiting,
+                "{what}"
+            );
+            assert_eq!(
+                replay.waiting_ns_in_traffic, stats.waiting_ns_in_traffic,
+                "{what}"
+            );
+            assert_eq!(
+                replay.idle_worker_ns_while_waiting_in_traffic,
+                stats.idle_worker_ns_while_waiting_in_traffic,
+                "{what}"
+            );
+            assert_eq!(replay.dispatch_floor, stats.dispatch_floor, "{what}");
+            assert!(stats.samples.len() > 10, "{what}: something to compare");
+        }
+    }
+}
+
+/// A server of the test's own, or `None` (said once on stderr) where
+/// `redis-server` is missing and servers are not required.
+fn server() -> Option<OwnedServer> {
+    if server::on_path("redis-server").is_none() {
+        assert!(
+            std::env::var_os("NOISYLAB_REQUIRE_SERVERS").is_none(),
+            "NOISYLAB_REQUIRE_SERVERS is set but {}",
+            server::NOT_INSTALLED
+        );
+        eprintln!("skipped: {}", server::NOT_INSTALLED);
+        return None;
+    }
+    Some(OwnedServer::start().expect("a redis-server of the test's own"))
+}
+
+/// One step of the equivalence test.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Push a job of this tenant.
+    Push(u32),
+    /// Take, with this many workers idle (lending asks the rest).
+    Take(u32),
+    /// Finish the running job at this index (modulo those running).
+    Finish(usize),
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        4 => (0u32..5).prop_map(Op::Push),
+        3 => (1u32..8).prop_map(Op::Take),
+        2 => any::<usize>().prop_map(Op::Finish),
+    ];
+    prop::collection::vec(op, 1..120)
+}
+
+fn discipline() -> impl Strategy<Value = Discipline> {
+    (
+        prop_oneof![Just(Queue::Fifo), Just(Queue::Fair)],
+        prop::option::of(1u32..4),
+        prop::option::of(1u32..6),
+        prop::option::of(0u32..4),
+    )
+        .prop_map(|(queue, cap, limit, reserve)| Discipline {
+            queue,
+            cap,
+            limit,
+            reserve: cap.and(reserve),
+        })
+}
+
+/// The parts of a strategy the Redis functions carry.
+#[derive(Debug, Clone)]
+struct Discipline {
+    queue: Queue,
+    cap: Option<u32>,
+    limit: Option<u32>,
+    reserve: Option<u32>,
+}
+
+fn strategy_of(d: &Discipline) -> Def {
+    let mut text = format!(
+        "name = \"s\"\nqueue = \"{}\"\n",
+        if d.queue == Queue::Fifo {
+            "fifo"
+        } else {
+            "fair"
+        }
+    );
+    for (key, v) in [("cap", d.cap), ("limit", d.limit), ("reserve", d.reserve)] {
+        if let Some(v) = v {
+            text += &format!("{key} = {v}\n");
+        }
+    }
+    toml::from_str(&text).unwrap()
+}
+
+/// The same operations on the in-process scheduler and on the functions:
+/// every take gives the same job, every push the same refusal.
+fn same_jobs(con: &mut redis::Connection, prefix: &str, d: &Discipline, ops: &[Op]) {
+    let strategy = strategy_of(d);
+    let mut reference = AnyScheduler::new(&strategy, vec![1.0; 5], || vec![1.0; 1000]);
+    let opt = |v: Option<u32>| v.map_or(-1, i64::from);
+    redis::cmd("FCALL")
+        .arg("noisylab_setup")
+        .arg(0)
+        .arg(prefix)
+        .arg(if d.queue == Queue::Fifo {
+            "fifo"
+        } else {
+            "fair"
+        })
+        .arg(opt(d.cap))
+        .arg(opt(d.limit))
+        .arg(opt(d.reserve))
+        .query::<i64>(con)
+        .unwrap();
+    let (mut next_job, mut running) = (0u32, Vec::<u32>::new());
+    for (k, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Push(t) => {
+                let want = reference.push(t, next_job).map_err(|r| r.waiting);
+                let (ok, waiting): (i64, i64) = redis::cmd("FCALL")
+                    .arg("noisylab_push")
+                    .arg(0)
+                    .arg(prefix)
+                    .arg(next_job)
+                    .arg(t)
+                    .query(con)
+                    .unwrap();
+                let got = if ok == 1 { Ok(()) } else { Err(waiting as u32) };
+                assert_eq!(got, want, "op {k} {op:?} of {ops:?}");
+                next_job += 1;
+            }
+            Op::Take(idle) => {
+                let lend = d.reserve.is_some_and(|r| idle > r);
+                let want = match reference.take() {
+                    None if lend => reference.take_over_cap(),
+                    n => n,
+                };
+                let got: Option<(u32, u32)> = redis::cmd("FCALL")
+                    .arg("noisylab_pop")
+                    .arg(0)
+                    .arg(prefix)
+                    .arg(idle)
+                    .query(con)
+                    .unwrap();
+                assert_eq!(got, want, "op {k} {op:?} of {ops:?}");
+                if let Some((t, _)) = got {
+                    running.push(t);
+                }
+            }
+            Op::Finish(i) if !running.is_empty() => {
+                let t = running.remove(i % running.len());
+                reference.finished(t);
+                redis::cmd("FCALL")
+                    .arg("noisylab_done")
+                    .arg(0)
+                    .arg(prefix)
+                    .arg(t)
+                    .query::<i64>(con)
+                    .unwrap();
+            }
+            Op::Finish(_) => {}
+        }
+    }
+}
+
+#[test]
+fn the_redis_functions_take_the_same_jobs_as_the_in_process_schedulers() {
+    let _turn = one_at_a_time();
+    let Some(server) = server() else { return };
+    let mut con = redis_backend::connect(&server.url).unwrap();
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(redis_backend::LIBRARY)
+        .query::<String>(&mut con)
+        .unwrap();
+    let con = std::cell::RefCell::new(con);
+    let case = std::cell::Cell::new(0u32);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&(discipline(), ops()), |(d, ops)| {
+            case.set(case.get() + 1);
+            let prefix = format!("eq:{}:", case.get());
+            same_jobs(&mut con.borrow_mut(), &prefix, &d, &ops);
+            Ok(())
+        })
+        .unwrap();
+    assert!(case.get() >= 256);
+}
+
+fn redis_plan(target: Target, processes: Option<u32>) -> RedisPlan {
+    RedisPlan {
+        target,
+        processes,
+        worker_exe: Some(PathBuf::from(NOISYLAB)),
+    }
+}
+
+/// From the server's stamps: each tenant's jobs start in its order, no
+/// tenant runs more than its cap at once, never more jobs run than workers;
+/// every job either ran or was refused by the limit, once.
+fn check_stamps(s: &Scenario, strategy: &Def, jobs: &[JobRecord]) {
+    let mut events = Vec::new();
+    let mut last_start = vec![0u64; s.population().tenants()];
+    for j in jobs {
+        assert_ne!(
+            j.enqueued, NEVER,
+            "{}: a job never submitted",
+            strategy.name
+        );
+        match j.fate {
+            Fate::Ran => {
+                assert!(j.enqueued <= j.started && j.started < j.finished, "{j:?}");
+                assert!(
+                    j.finished - j.started >= j.duration,
+                    "held its duration: {j:?}"
+                );
+                let t = j.tenant as usize;
+                assert!(j.started >= last_start[t], "tenant {t}'s own order");
+                last_start[t] = j.started;
+                events.push((j.started, 1i32, j.tenant));
+                events.push((j.finished, -1, j.tenant));
+            }
+            Fate::Refused(_) => assert!(strategy.limit.is_some(), "{j:?}"),
+            other => panic!("{}: a job ended {other:?}: {j:?}", strategy.name),
+        }
+    }
+    events.sort();
+    let (mut busy, mut per) = (0, vec![0i32; s.population().tenants()]);
+    let cap = strategy.cap.map_or(i32::MAX, |c| c as i32);
+    for (_, d, t) in events {
+        busy += d;
+        per[t as usize] += d;
+        assert!(busy <= s.workers as i32, "more jobs running than workers");
+        assert!(per[t as usize] <= cap, "tenant {t} over its cap of {cap}");
+    }
+}
+
+#[test]
+fn a_lab_on_redis_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
+    let _turn = one_at_a_time();
+    let Some(_gate) = server() else { return };
+    drop(_gate); // only the check; the backend starts its own
+    let mut s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
+    s.strategy.push(strategy_of(&Discipline {
+        queue: Queue::Fifo,
+        cap: Some(2),
+        limit: Some(5),
+        reserve: None,
+    }));
+    let mut backend = RedisBackend::start(&redis_plan(Target::Own, Some(2)), s.workers).unwrap();
+    let never = AtomicBool::new(false);
+    for def in &s.strategy {
+        let pool = lab::pool_for(&s, def);
+        let plan = noisylab::engine::load::plan(&s, s.seed);
+        let input = RunInput {
+            scenario: &s,
+            strategy: def,
+            pool: &pool,
+            sched: lab::scheduler(&s, def, &plan),
+            plan,
+            seed: s.seed,
+        };
+        let record = backend.run(input, &never).unwrap();
+        check_stamps(&s, def, &record.jobs);
+        let run = lab::summary::run(&s, def, &pool, s.seed, &record.jobs, &record.stats, false);
+        let tally = common::check_outcomes(&s, def, &record.jobs, &run.figures);
+        assert_eq!(tally.unique_jobs, record.jobs.len() as u64);
+        assert_eq!(tally.completed + tally.rejected, tally.unique_jobs);
+        if def.limit.is_some() {
+            assert!(tally.rejected > 0, "the limit of 5 refuses some of 40");
+        }
+        let q = record.queue.expect("a queue block");
+        assert!(q.take_rtt_us.p50 > 0.0 && q.calls_per_job >= 1.0, "{q:?}");
+    }
+    let pid = backend.own_server_pid().unwrap();
+    drop(backend);
+    assert!(!alive(pid), "the server stops with its lab");
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+fn noisylab(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(NOISYLAB)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_smoke_lab_on_redis_reproduces_the_model() {
+    let _turn = one_at_a_time();
+    let Some(_gate) = server() else { return };
+    drop(_gate);
+    let dir = tempfile::tempdir().unwrap();
+    let smoke = std::fs::canonicalize("lab/smoke.toml").unwrap();
+    let out = noisylab(
+        &[
+            "run",
+            smoke.to_str().unwrap(),
+            "--backend",
+            "redis",
+            "--processes",
+            "2",
+            "-q",
+            "--out",
+            ".",
+        ],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let file = std::fs::read_dir(dir.path().join("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["backend"]["kind"], "redis");
+    assert_eq!(v["backend"]["processes"], 2);
+    let out = noisylab(&["validate", file.to_str().unwrap()], dir.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("reproduces the model"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn faults_a_user_meets_first_end_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let smoke = std::fs::canonicalize("lab/smoke.toml").unwrap();
+    let smoke = smoke.to_str().unwrap();
+    let one_line = |out: &std::process::Output, want: &str| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        // Ours start "noisylab:"; clap's own (a bad value) "error:".
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with("noisylab:") || l.starts_with("error:"))
+            .unwrap_or("");
+        assert!(line.contains(want), "want {want:?} in {stderr:?}");
+    };
+    // No server at that address.
+    let port = server::free_port().unwrap();
+    let url = format!("redis://127.0.0.1:{port}/");
+    one_line(
+        &noisylab(&["run", smoke, "--backend", &url, "-q"], dir.path()),
+        "cannot reach the Redis server",
+    );
+    // Not a backend.
+    one_line(
+        &noisylab(&["run", smoke, "--backend", "rabbit", "-q"], dir.path()),
+        "allowed: in-process, redis, redis://",
+    );
+    // What the functions do not carry yet, before anything starts.
+    one_line(
+        &noisylab(
+            &["run", "lab/tiers.toml", "--backend", "redis", "-q"],
+            Path::new("."),
+        ),
+        "is not carried by the Redis backend yet",
+    );
+    one_line(
+        &noisylab(
+            &["run", smoke, "--backend", "redis", "--clock", "virtual"],
+            dir.path(),
+        ),
+        "real timers only",
+    );
+    // redis-server not on PATH.
+    let out = Command::new(NOISYLAB)
+        .args(["run", smoke, "--backend", "redis", "-q"])
+        .env("PATH", dir.path())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    one_line(&out, "redis-server is not on PATH: install it");
+}
+
+#[test]
+fn a_prefix_in_use_and_a_server_that_dies_mid_run_fail_loudly() {
+    let _turn = one_at_a_time();
+    let Some(server) = server() else { return };
+    // Another lab's keys under the prefix: refused by the functions.
+    let mut con = redis_backend::connect(&server.url).unwrap();
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(redis_backend::LIBRARY)
+        .query::<String>(&mut con)
+        .unwrap();
+    let setup = |con: &mut redis::Connection| {
+        redis::cmd("FCALL")
+            .arg("noisylab_setup")
+            .arg(0)
+            .arg("taken:")
+            .arg("fair")
+            .arg(-1)
+            .arg(-1)
+            .arg(-1)
+            .query::<i64>(con)
+    };
+    setup(&mut con).unwrap();
+    let err = setup(&mut con).unwrap_err().to_string();
+    assert!(err.contains("prefix taken: is already in use"), "{err}");
+    // The server dies during a run: the run fails with one line naming the
+    // backend; the workers and the lab stop.
+    let s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
+    let plan = redis_plan(Target::Url(server.url.clone()), Some(2));
+    let mut backend = RedisBackend::start(&plan, s.workers).unwrap();
+    let def = &s.strategy[0];
+    let pool = lab::pool_for(&s, def);
+    let jobs = noisylab::engine::load::plan(&s, s.seed);
+    let killer = {
+        let pid = server.pid();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            // SAFETY: a signal to the test's own server.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        })
+    };
+    let input = RunInput {
+        scenario: &s,
+        strategy: def,
+        pool: &pool,
+        sched: lab::scheduler(&s, def, &jobs),
+        plan: jobs,
+        seed: s.seed,
+    };
+    let started = std::time::Instant::now();
+    let err = match backend.run(input, &AtomicBool::new(false)) {
+        Ok(_) => panic!("a run whose server died cannot succeed"),
+        Err(e) => e.to_string(),
+    };
+    killer.join().unwrap();
+    assert!(err.contains("the Redis backend failed"), "{err}");
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(started.elapsed().as_secs() < 20, "no hang");
+    drop(backend);
+}
