@@ -27,8 +27,9 @@ use proptest::prelude::*;
 
 const NOISYLAB: &str = env!("CARGO_BIN_EXE_noisylab");
 
-/// The tests that run real-clock labs take turns: side by side, each would
-/// measure the other's load.
+/// Every test here takes its turn: a real-clock lab beside any other work
+/// (another lab, a virtual run's CPU, processes started and refused) would
+/// measure that load (a CI run failed a smoke lab's makespan so).
 static REAL_CLOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
@@ -37,6 +38,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 
 #[test]
 fn figures_from_the_records_alone_equal_the_engines_own() {
+    let _turn = one_at_a_time();
     for name in ["article", "lend", "smoke", "sybil", "tiers"] {
         let s = Scenario::load(Path::new(&format!("lab/{name}.toml"))).unwrap();
         for def in &s.strategy {
@@ -394,6 +396,7 @@ fn the_smoke_lab_on_redis_reproduces_the_model() {
 
 #[test]
 fn faults_a_user_meets_first_end_in_one_line() {
+    let _turn = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let smoke = std::fs::canonicalize("lab/smoke.toml").unwrap();
     let smoke = smoke.to_str().unwrap();

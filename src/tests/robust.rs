@@ -285,9 +285,12 @@ fn ctrl_c_saves_the_completed_runs_and_exits_130() {
 
 #[test]
 fn a_second_ctrl_c_exits_at_once() {
+    // Bound for the whole test: a temporary one would be deleted before the
+    // child writes there, and it would exit 2 for that instead.
+    let dir = tempfile::tempdir().unwrap();
     let mut child = noisylab()
         .args(["run", "lab/article.toml", "-q", "--out"])
-        .arg(tempfile::tempdir().unwrap().path())
+        .arg(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -246,6 +246,13 @@ impl RedisBackend {
             .arg(opt(s.reserve))
             .query::<i64>(&mut self.con)
             .map_err(|e| failed(e.into()))?;
+        // Each job's hold, for the workers to read once.
+        let durations: Vec<String> = input.plan.iter().map(|j| j.duration.to_string()).collect();
+        cmd("SET")
+            .arg(format!("{p}durations"))
+            .arg(durations.join(","))
+            .query::<()>(&mut self.con)
+            .map_err(|e| failed(e.into()))?;
         self.start_run(p).map_err(failed)?;
         let before = ServerStats::read(&mut self.con).map_err(failed)?;
         let t0_us = server_time_us(&mut self.con).map_err(failed)?;
@@ -325,8 +332,7 @@ impl RedisBackend {
                     .arg(0)
                     .arg(p)
                     .arg(id)
-                    .arg(j.tenant)
-                    .arg(j.duration);
+                    .arg(j.tenant);
             }
             let sent = Instant::now();
             let replies: Vec<(i64, i64)> =
@@ -433,8 +439,14 @@ impl RedisBackend {
         self.server.as_ref().map(OwnedServer::pid)
     }
 
-    /// Delete every key under `prefix`.
+    /// Delete every key under `prefix` (and the functions' copy of a
+    /// queue's settings).
     fn delete(&mut self, prefix: &str) -> Result<()> {
+        cmd("FCALL")
+            .arg("noisylab_forget")
+            .arg(0)
+            .arg(prefix)
+            .query::<i64>(&mut self.con)?;
         let mut cursor: u64 = 0;
         loop {
             let (next, keys): (u64, Vec<String>) = cmd("SCAN")
@@ -594,9 +606,9 @@ impl ServerStats {
     }
 }
 
-/// The run's records from the plan and the server's log ("kind job time_us
-/// [woke]"), with each job's found-idle mark and the run's end, in lab time
-/// from `t0_us` on the server's clock.
+/// The run's records from the plan and the server's log ("kind job sec
+/// usec [woke]"), with each job's found-idle mark and the run's end, in lab
+/// time from `t0_us` on the server's clock.
 fn records(
     mut jobs: Vec<JobRecord>,
     log: &[String],
@@ -609,11 +621,14 @@ fn records(
     let mut end: Nanos = 0;
     for line in log {
         let mut it = line.split(' ');
-        let (Some(kind), Some(job), Some(us)) = (it.next(), it.next(), it.next()) else {
-            bail!("a log line that is not \"kind job time\": {line:?}");
+        let (Some(kind), Some(job), Some(sec), Some(usec)) =
+            (it.next(), it.next(), it.next(), it.next())
+        else {
+            bail!("a log line that is not \"kind job sec usec\": {line:?}");
         };
         let job: usize = job.parse()?;
-        let at: Nanos = us.parse::<u64>()?.saturating_sub(t0_us) * 1_000;
+        let us = sec.parse::<u64>()? * 1_000_000 + usec.parse::<u64>()?;
+        let at: Nanos = us.saturating_sub(t0_us) * 1_000;
         let j = jobs
             .get_mut(job)
             .ok_or_else(|| anyhow!("the log names job {job}, which was not planned"))?;

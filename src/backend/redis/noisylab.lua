@@ -5,58 +5,72 @@
 -- queue limit. Every scheduling decision is made here, inside the server, in
 -- one atomic call: a submit, a take, a finish and the next take.
 --
--- Load it with `redis-cli FUNCTION LOAD REPLACE "$(cat noisylab.lua)"`.
+-- Load it with `redis-cli FUNCTION LOAD REPLACE "$(cat noisylab.lua)"`; a
+-- worker then loops: FCALL noisylab_take 0 P 0 (or, with nothing to take,
+-- BLPOP P.."wake" and FCALL noisylab_take 0 P 1), run the job, FCALL
+-- noisylab_finish 0 P job tenant, which hands back the next job.
 --
 -- Keys. Every key of one queue sits under a prefix P (ARGV[1], for example
--- "noisylab:7f3a:"), so many queues share a server; tenants are numbers.
---   P.."cfg"     hash   queue = fifo | fair, cap, limit, reserve (-1: no lending)
---   P.."q:"..t   list   tenant t's waiting jobs, oldest first
---   P.."run"     hash   tenant -> its jobs running now
---   P.."queued"  string jobs waiting, all tenants
---   P.."ready"   zset   fifo: tenants below their cap with work, scored by
---                       their oldest job (job ids grow with arrival)
---   P.."fresh"   list   fair: tenants that just got work after having none;
---                       served first, one job each
---   P.."ring"    list   fair: tenants served that still have work, or back
---                       from their cap; a turn sends a tenant to the back
---   P.."capped"  zset   with lending: tenants at their cap with work, by
---                       their oldest job
---   P.."dur"     hash   job -> how long it holds its worker (ns), until taken
---   P.."runnable" string jobs that may start now, below their tenants' caps:
---                       the sum over tenants of min(waiting, cap - running)
---   P.."idle"    string workers blocked on P.."wake"
---   P.."wake"    list   one token per idle worker woken to take a job
---   P.."pending" string wake tokens pushed and not yet taken up: a submit
---                       wakes a worker only for a job no token covers yet
---   P.."log"     list   "e|s|f|r job time_us [woke]": enqueued, started,
---                       finished, refused; the server's clock (TIME)
---   P.."done", P.."expect", P.."end": finishes counted; the submitter's
---                       total; a token pushed when the two meet
+-- "noisylab:7f3a:0:"), so many queues share a server; tenants and jobs are
+-- numbers, a job's id growing with its arrival.
+--   P.."cfg"      hash   queue = fifo | fair | halt, cap, limit, reserve
+--                        (-1: no lending), expect (jobs accepted in all)
+--   P.."q:"..t    list   tenant t's waiting jobs, oldest first
+--   P.."run"      hash   tenant -> its jobs running now
+--   P.."queued"   string jobs waiting, all tenants
+--   P.."ready"    zset   fifo: tenants below their cap with work, scored by
+--                        their oldest job
+--   P.."fresh"    list   fair: tenants that just got work after having none;
+--                        served first, one job each
+--   P.."ring"     list   fair: tenants served that still have work, or back
+--                        from their cap; a turn sends a tenant to the back
+--   P.."capped"   zset   with lending: tenants at their cap with work, by
+--                        their oldest job
+--   P.."runnable" string with a cap: jobs that may start now, the sum over
+--                        tenants of min(waiting, cap - running) (without a
+--                        cap every waiting job may: P.."queued")
+--   P.."idle"     string workers blocked on P.."wake"
+--   P.."wake"     list   one token per idle worker woken to take a job
+--   P.."pending"  string wake tokens pushed and not yet taken up: a submit
+--                        wakes a worker only for a job no token covers yet
+--   P.."log"      list   "e|s|f|r job sec usec [woke]": enqueued, started,
+--                        finished, refused, on the server's clock (TIME)
+--   P.."done", P.."end": finishes counted; a token once `expect` is reached
 --
 -- Cost. fair: O(1) a call; fifo, a cap with lending: O(log tenants) (one
--- sorted-set operation); never a scan over tenants or jobs. (Keys are built
--- from the prefix rather than passed in KEYS: for one server, not a cluster.)
+-- sorted-set operation); never a scan over tenants or jobs. Keys are built
+-- from the prefix rather than passed in KEYS: for one server, not a cluster.
 --
 -- The same rules as noisylab's in-process schedulers (src/sched/), which
 -- the tests hold these functions to, job for job.
 
 local NO_CAP = 2147483647
 
+-- Each queue's settings, read from P.."cfg" once (they change only by
+-- setup, halt and expect, which keep this copy in step).
+local settings = {}
+
 local function cfg(P)
-  local c = redis.call('HMGET', P .. 'cfg', 'queue', 'cap', 'limit', 'reserve')
-  if not c[1] then
+  local c = settings[P]
+  if c then return c end
+  local v = redis.call('HMGET', P .. 'cfg', 'queue', 'cap', 'limit', 'reserve', 'expect')
+  if not v[1] then
     error('noisylab: no queue under prefix ' .. P)
   end
-  return { queue = c[1], cap = tonumber(c[2]), limit = tonumber(c[3]), reserve = tonumber(c[4]) }
+  c = { queue = v[1], cap = tonumber(v[2]), limit = tonumber(v[3]),
+        reserve = tonumber(v[4]), expect = tonumber(v[5]) }
+  settings[P] = c
+  return c
 end
 
-local function now_us()
+-- The server's clock as "sec usec", for the log.
+local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return t[1] .. ' ' .. t[2]
 end
 
-local function log(P, kind, job, us, extra)
-  redis.call('RPUSH', P .. 'log', string.format('%s %d %.0f%s', kind, job, us, extra or ''))
+local function entry(kind, job, stamp)
+  return kind .. ' ' .. job .. ' ' .. stamp
 end
 
 local function running(P, t)
@@ -68,7 +82,7 @@ local function startable(c, w, r)
   return math.max(0, math.min(w, c.cap - r))
 end
 
--- Keep P.."runnable" as a tenant goes from (w0, r0) to (w1, r1).
+-- With a cap, keep P.."runnable" as a tenant goes from (w0, r0) to (w1, r1).
 local function runnable(P, c, w0, r0, w1, r1)
   local delta = startable(c, w1, r1) - startable(c, w0, r0)
   if delta ~= 0 then redis.call('INCRBY', P .. 'runnable', delta) end
@@ -93,12 +107,17 @@ end
 -- Returns true, or false and the tenant's waiting count.
 local function push(P, c, t, job)
   local q = P .. 'q:' .. t
-  local waiting = redis.call('LLEN', q)
-  if waiting >= c.limit then return false, waiting end
-  redis.call('RPUSH', q, job)
+  local waiting = redis.call('RPUSH', q, job) - 1
+  if waiting >= c.limit then
+    redis.call('RPOP', q)
+    return false, waiting
+  end
   redis.call('INCR', P .. 'queued')
-  local r = running(P, t)
-  runnable(P, c, waiting, r, waiting + 1, r)
+  local r = 0
+  if c.cap ~= NO_CAP then
+    r = running(P, t)
+    runnable(P, c, waiting, r, waiting + 1, r)
+  end
   if waiting == 0 and r < c.cap then
     if c.queue == 'fifo' then
       redis.call('ZADD', P .. 'ready', job, t)
@@ -117,9 +136,12 @@ local function start(P, c, t)
   local job = tonumber(redis.call('LPOP', q))
   redis.call('DECR', P .. 'queued')
   local r = redis.call('HINCRBY', P .. 'run', t, 1)
-  local w = redis.call('LLEN', q)
-  runnable(P, c, w + 1, r - 1, w, r)
-  return job, r, head(P, t)
+  local h = head(P, t)
+  if c.cap ~= NO_CAP then
+    local w = redis.call('LLEN', q)
+    runnable(P, c, w + 1, r - 1, w, r)
+  end
+  return job, r, h
 end
 
 -- The next job by the discipline: tenant, job; nil when none may start.
@@ -165,10 +187,11 @@ end
 -- with lending and more than `reserve` idle, the capped ones too) that no
 -- wake token on its way covers yet.
 local function wake_another(P, c, idle)
-  local n = tonumber(redis.call('GET', P .. 'runnable') or 0)
-  if c.reserve >= 0 and idle > c.reserve then
-    n = tonumber(redis.call('GET', P .. 'queued') or 0)
+  local key = 'runnable'
+  if c.cap == NO_CAP or (c.reserve >= 0 and idle > c.reserve) then
+    key = 'queued'
   end
+  local n = tonumber(redis.call('GET', P .. key) or 0)
   return n > tonumber(redis.call('GET', P .. 'pending') or 0)
 end
 
@@ -178,30 +201,29 @@ local function finished(P, c, t)
   if c.cap == NO_CAP or c.cap - r <= 0 then return end -- no cap; or still at (lent, over) it
   local w = redis.call('LLEN', P .. 'q:' .. t)
   runnable(P, c, w, r + 1, w, r)
-  if r + 1 ~= c.cap then return end
-  local h = head(P, t)
-  if not h then return end
+  if r + 1 ~= c.cap or w == 0 then return end
   if c.reserve >= 0 then redis.call('ZREM', P .. 'capped', t) end
-  ready(P, c, t, h)
+  ready(P, c, t, head(P, t))
 end
 
--- A worker's next job, stamped started, as "job tenant duration_ns"; or,
--- with none to start, the worker counted idle (it then blocks on P.."wake").
-local function hand_out(P, c)
+-- A worker's next job, stamped started at `stamp`: the job's log entry and
+-- "job tenant" for the worker; or, with none to start, the worker counted
+-- idle (it then blocks on P.."wake").
+local function hand_out(P, c, stamp)
   if c.queue == 'halt' then
     redis.call('INCR', P .. 'idle')
-    return false
+    return nil, false
   end
-  local idle = tonumber(redis.call('GET', P .. 'idle') or 0) + 1
+  local idle = 1
+  if c.reserve >= 0 then
+    idle = tonumber(redis.call('GET', P .. 'idle') or 0) + 1
+  end
   local t, job = next_job(P, c, idle)
   if not t then
     redis.call('INCR', P .. 'idle')
-    return false
+    return nil, false
   end
-  local dur = redis.call('HGET', P .. 'dur', job)
-  redis.call('HDEL', P .. 'dur', job)
-  log(P, 's', job, now_us())
-  return string.format('%d %s %s', job, t, dur)
+  return entry('s', job, stamp), job .. ' ' .. t
 end
 
 -- setup(P, queue, cap, limit, reserve): a new queue; refused if P is in use.
@@ -215,21 +237,21 @@ local function setup(_, args)
   if cap < 0 then cap = NO_CAP end
   if limit < 0 then limit = NO_CAP end
   redis.call('HSET', P .. 'cfg', 'queue', args[2], 'cap', cap, 'limit', limit, 'reserve', args[5])
+  settings[P] = nil
   return 1
 end
 
--- submit(P, job, tenant, duration_ns): {1, woke} (woke: 1 if an idle worker
--- was woken for it) or {0, waiting} (refused by the queue limit).
+-- submit(P, job, tenant): {1, woke} (woke: 1 if an idle worker was woken
+-- for it) or {0, waiting} (refused by the queue limit).
 local function submit(_, args)
   local P, job, t = args[1], tonumber(args[2]), args[3]
   local c = cfg(P)
-  local us = now_us()
+  local stamp = clock()
   local ok, waiting = push(P, c, t, job)
   if not ok then
-    log(P, 'r', job, us)
+    redis.call('RPUSH', P .. 'log', entry('r', job, stamp))
     return { 0, waiting }
   end
-  redis.call('HSET', P .. 'dur', job, args[4])
   local idle = tonumber(redis.call('GET', P .. 'idle') or 0)
   local woke = 0
   if idle > 0 and wake_another(P, c, idle) then
@@ -238,35 +260,45 @@ local function submit(_, args)
     redis.call('RPUSH', P .. 'wake', 1)
     woke = 1
   end
-  log(P, 'e', job, us, ' ' .. woke)
+  redis.call('RPUSH', P .. 'log', entry('e', job, stamp) .. ' ' .. woke)
   return { 1, woke }
 end
 
 -- take(P, woken): a worker asks for a job, at the run's start (0) or
--- woken by a token (1).
+-- woken by a token (1): "job tenant", or nil (the worker is idle).
 local function take_job(_, args)
   local P = args[1]
+  local c = cfg(P)
   if args[2] == '1' then redis.call('DECR', P .. 'pending') end
-  return hand_out(P, cfg(P))
+  local started, job = hand_out(P, c, clock())
+  if started then redis.call('RPUSH', P .. 'log', started) end
+  return job
 end
 
 -- finish(P, job, tenant): the job is done; the same worker's next job.
 local function finish(_, args)
   local P, job, t = args[1], tonumber(args[2]), args[3]
   local c = cfg(P)
-  log(P, 'f', job, now_us())
+  local stamp = clock()
   finished(P, c, t)
-  local done = redis.call('INCR', P .. 'done')
-  local expect = tonumber(redis.call('GET', P .. 'expect') or -1)
-  if done == expect then redis.call('RPUSH', P .. 'end', 1) end
-  return hand_out(P, c)
+  local started, next = hand_out(P, c, stamp)
+  if started then
+    redis.call('RPUSH', P .. 'log', entry('f', job, stamp), started)
+  else
+    redis.call('RPUSH', P .. 'log', entry('f', job, stamp))
+  end
+  if redis.call('INCR', P .. 'done') == c.expect then
+    redis.call('RPUSH', P .. 'end', 1)
+  end
+  return next
 end
 
 -- expect(P, n): the submitter accepted n jobs in all; P.."end" gets a token
 -- once n have finished.
 local function expect(_, args)
   local P, n = args[1], tonumber(args[2])
-  redis.call('SET', P .. 'expect', n)
+  redis.call('HSET', P .. 'cfg', 'expect', n)
+  cfg(P).expect = n
   if tonumber(redis.call('GET', P .. 'done') or 0) >= n then
     redis.call('RPUSH', P .. 'end', 1)
   end
@@ -276,7 +308,15 @@ end
 -- halt(P): the run is over early (Ctrl-C, a failure): workers get no more
 -- jobs, only their current one finishes.
 local function halt(_, args)
-  redis.call('HSET', args[1] .. 'cfg', 'queue', 'halt')
+  local P = args[1]
+  redis.call('HSET', P .. 'cfg', 'queue', 'halt')
+  settings[P] = nil
+  return 1
+end
+
+-- forget(P): the queue's keys are gone; drop its settings too.
+local function forget(_, args)
+  settings[args[1]] = nil
   return 1
 end
 
@@ -309,6 +349,7 @@ redis.register_function('noisylab_take', take_job)
 redis.register_function('noisylab_finish', finish)
 redis.register_function('noisylab_expect', expect)
 redis.register_function('noisylab_halt', halt)
+redis.register_function('noisylab_forget', forget)
 redis.register_function('noisylab_push', push_only)
 redis.register_function('noisylab_pop', pop_only)
 redis.register_function('noisylab_done', done_only)

@@ -5,7 +5,8 @@
 //! 1. waits for the next run (a blocking pop on the lab's `runs` list);
 //! 2. asks for a job (`noisylab_take`); with none to start it is counted
 //!    idle by the server and blocks on the run's `wake` list, never polling;
-//! 3. holds the job for its duration on a precise timer, then finishes it
+//! 3. holds the job for its duration (from the run's plan, read once) on a
+//!    precise timer, then finishes it
 //!    and gets its next job in the same call (`noisylab_finish`);
 //! 4. on `stop`, leaves its round-trip times for the coordinator.
 
@@ -67,6 +68,12 @@ fn worker(client: &Client, lab: &str) -> Result<()> {
 
 /// One run, under its key prefix `p`.
 fn serve_run(con: &mut Connection, p: &str) -> Result<()> {
+    let durations: String = cmd("GET").arg(format!("{p}durations")).query(con)?;
+    let durations: Vec<u64> = durations
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("the run's durations are not numbers")?;
     let mut rtt = new_histogram();
     let wake = format!("{p}wake");
     let mut next = take(con, p, false, &mut rtt)?;
@@ -79,8 +86,11 @@ fn serve_run(con: &mut Connection, p: &str) -> Result<()> {
             next = take(con, p, true, &mut rtt)?;
             continue;
         };
-        let (job, tenant, hold) = parse(&payload)?;
-        sleep_until_blocking(Instant::now() + hold, HOLD_MARGIN);
+        let (job, tenant) = parse(&payload)?;
+        let hold = durations
+            .get(job as usize)
+            .ok_or_else(|| anyhow!("job {job} is not in the run's plan"))?;
+        sleep_until_blocking(Instant::now() + Duration::from_nanos(*hold), HOLD_MARGIN);
         let sent = Instant::now();
         next = cmd("FCALL")
             .arg("noisylab_finish")
@@ -116,13 +126,11 @@ fn take(
     Ok(next)
 }
 
-/// "job tenant duration_ns".
-fn parse(payload: &str) -> Result<(u32, u32, Duration)> {
-    let mut it = payload.split(' ').map(str::parse::<u64>);
-    match (it.next(), it.next(), it.next()) {
-        (Some(Ok(job)), Some(Ok(tenant)), Some(Ok(ns))) => {
-            Ok((job as u32, tenant as u32, Duration::from_nanos(ns)))
-        }
-        _ => bail!("a job from the server that is not \"job tenant duration\": {payload:?}"),
+/// "job tenant".
+fn parse(payload: &str) -> Result<(u32, u32)> {
+    let mut it = payload.split(' ').map(str::parse::<u32>);
+    match (it.next(), it.next()) {
+        (Some(Ok(job)), Some(Ok(tenant))) => Ok((job, tenant)),
+        _ => bail!("a job from the server that is not \"job tenant\": {payload:?}"),
     }
 }

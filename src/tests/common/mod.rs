@@ -1,4 +1,25 @@
-//! Checks shared by the integration tests.
+//! Checks shared by the integration tests, and the oracle the reported
+//! outcomes are held to ([`tally`], [`check_outcomes`]).
+//!
+//! Mutations this suite must catch. Each was put in a scratch copy and the
+//! suite run (`cargo test --lib --test limits --test workload --test article
+//! --test robust --test scale --test fairness --test sched --test layout`);
+//! rerun them after a change to the code they touch:
+//!
+//! | mutation | caught by |
+//! |---|---|
+//! | `lab/delivery.rs` drops budget refusals (`Fate::Refused(l) if l != Budget`) | `limits`: `nothing_is_lost_under_any_retry_policy`, `the_lab_scenarios_lose_nothing` |
+//! | … drops provider refusals | the same, and `a_timed_out_call_the_provider_refuses_later_is_not_sent_again` |
+//! | `outcome()` counts timed-out jobs as rejected | `nothing_is_lost_under_any_retry_policy` |
+//! | `outcome()` counts given-up jobs as rejected | the three `limits` tests above |
+//! | per-class attempts count first attempts only | `limits` (five tests) |
+//! | the engine records a rate-limit refusal as the queue limit's | `a_token_bucket_facing_saturating_demand_admits_burst_plus_rate_times_t`, `nothing_is_lost_under_any_retry_policy` |
+//! | `Engine::refuse` follows up an attempt its client abandoned (a second retry) | `a_timed_out_call_the_provider_refuses_later_is_not_sent_again`, `nothing_is_lost_under_any_retry_policy` |
+//! | lending starts only while more than `reserve + 1` workers are idle | `fairness`: `a_lending_cap_leaves_no_more_than_its_reserve_idle_while_work_waits` |
+//! | `use super::report::Exporter as _;` in `engine/mod.rs` | `layout`: `modules_use_only_the_layers_below_their_own` |
+//! | `super::report::…` inside a function in `sched/mod.rs` | the same |
+//! | `use crate::{sched::{JobId}, report::Exporter};` in `engine/mod.rs` | the same |
+//! | the precise timer's spin ends 20 µs early | `engine::clock::tests::a_real_clock_never_wakes_before_the_instant_asked_for` |
 
 use std::collections::{BTreeMap, HashMap};
 
