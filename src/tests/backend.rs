@@ -110,36 +110,45 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 
 fn discipline() -> impl Strategy<Value = Discipline> {
     (
-        prop_oneof![Just(Queue::Fifo), Just(Queue::Fair)],
+        prop_oneof![Just(Queue::Fifo), Just(Queue::Fair), Just(Queue::Vtc)],
         prop::option::of(1u32..4),
         prop::option::of(1u32..6),
         prop::option::of(0u32..4),
+        // vtc's weights (1, 2, 0.5, 3 or 1.5) and each job's cost: sums
+        // that are not round in binary, to hold the server's arithmetic to
+        // the bit.
+        prop::collection::vec(
+            prop_oneof![Just(1.0), Just(2.0), Just(0.5), Just(3.0), Just(1.5)],
+            5,
+        ),
+        prop::collection::vec(prop_oneof![Just(1.0), 0.01f64..50.0], 120),
     )
-        .prop_map(|(queue, cap, limit, reserve)| Discipline {
+        .prop_map(|(queue, cap, limit, reserve, weights, costs)| Discipline {
             queue,
             cap,
             limit,
             reserve: cap.and(reserve),
+            weights,
+            costs,
         })
 }
 
-/// The parts of a strategy the Redis functions carry.
+/// The parts of a strategy the Redis functions carry; vtc's weights by
+/// tenant and costs by job.
 #[derive(Debug, Clone)]
 struct Discipline {
     queue: Queue,
     cap: Option<u32>,
     limit: Option<u32>,
     reserve: Option<u32>,
+    weights: Vec<f64>,
+    costs: Vec<f64>,
 }
 
 fn strategy_of(d: &Discipline) -> Def {
     let mut text = format!(
         "name = \"s\"\nqueue = \"{}\"\n",
-        if d.queue == Queue::Fifo {
-            "fifo"
-        } else {
-            "fair"
-        }
+        redis_backend::queue_name(d.queue)
     );
     for (key, v) in [("cap", d.cap), ("limit", d.limit), ("reserve", d.reserve)] {
         if let Some(v) = v {
@@ -153,22 +162,21 @@ fn strategy_of(d: &Discipline) -> Def {
 /// every take gives the same job, every push the same refusal.
 fn same_jobs(con: &mut redis::Connection, prefix: &str, d: &Discipline, ops: &[Op]) {
     let strategy = strategy_of(d);
-    let mut reference = AnyScheduler::new(&strategy, vec![1.0; 5], || vec![1.0; 1000]);
+    let mut reference = AnyScheduler::new(&strategy, d.weights.clone(), || d.costs.clone());
     let opt = |v: Option<u32>| v.map_or(-1, i64::from);
-    redis::cmd("FCALL")
+    let mut setup = redis::cmd("FCALL");
+    setup
         .arg("noisylab_setup")
         .arg(0)
         .arg(prefix)
-        .arg(if d.queue == Queue::Fifo {
-            "fifo"
-        } else {
-            "fair"
-        })
+        .arg(redis_backend::queue_name(d.queue))
         .arg(opt(d.cap))
         .arg(opt(d.limit))
-        .arg(opt(d.reserve))
-        .query::<i64>(con)
-        .unwrap();
+        .arg(opt(d.reserve));
+    for (t, w) in d.weights.iter().enumerate().filter(|(_, w)| **w != 1.0) {
+        setup.arg(t).arg(w.to_string());
+    }
+    setup.query::<i64>(con).unwrap();
     let (mut next_job, mut running) = (0u32, Vec::<u32>::new());
     for (k, op) in ops.iter().enumerate() {
         match *op {
@@ -180,6 +188,7 @@ fn same_jobs(con: &mut redis::Connection, prefix: &str, d: &Discipline, ops: &[O
                     .arg(prefix)
                     .arg(next_job)
                     .arg(t)
+                    .arg(d.costs[next_job as usize].to_string())
                     .query(con)
                     .unwrap();
                 let got = if ok == 1 { Ok(()) } else { Err(waiting as u32) };
@@ -232,7 +241,7 @@ fn the_redis_functions_take_the_same_jobs_as_the_in_process_schedulers() {
         .query::<String>(&mut con)
         .unwrap();
     let con = std::cell::RefCell::new(con);
-    let case = std::cell::Cell::new(0u32);
+    let (case, vtc_cases) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases: 256,
         failure_persistence: None,
@@ -243,10 +252,14 @@ fn the_redis_functions_take_the_same_jobs_as_the_in_process_schedulers() {
             case.set(case.get() + 1);
             let prefix = format!("eq:{}:", case.get());
             same_jobs(&mut con.borrow_mut(), &prefix, &d, &ops);
+            if d.queue == Queue::Vtc {
+                vtc_cases.set(vtc_cases.get() + 1);
+            }
             Ok(())
         })
         .unwrap();
     assert!(case.get() >= 256);
+    assert!(vtc_cases.get() >= 50, "vtc drawn: {}", vtc_cases.get());
 }
 
 fn redis_plan(target: Target, processes: Option<u32>) -> RedisPlan {
@@ -308,6 +321,16 @@ fn a_lab_on_redis_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
         cap: Some(2),
         limit: Some(5),
         reserve: None,
+        weights: Vec::new(),
+        costs: Vec::new(),
+    }));
+    s.strategy.push(strategy_of(&Discipline {
+        queue: Queue::Vtc,
+        cap: Some(3),
+        limit: None,
+        reserve: Some(1),
+        weights: Vec::new(),
+        costs: Vec::new(),
     }));
     let mut backend = RedisBackend::start(&redis_plan(Target::Own, Some(2)), s.workers).unwrap();
     let never = AtomicBool::new(false);
@@ -425,10 +448,10 @@ fn faults_a_user_meets_first_end_in_one_line() {
     // What the functions do not carry yet, before anything starts.
     one_line(
         &noisylab(
-            &["run", "lab/tiers.toml", "--backend", "redis", "-q"],
+            &["run", "lab/sybil.toml", "--backend", "redis", "-q"],
             Path::new("."),
         ),
-        "is not carried by the Redis backend yet",
+        "not carried by the Redis backend yet",
     );
     one_line(
         &noisylab(

@@ -64,22 +64,24 @@ pub struct RedisPlan {
 }
 
 /// Why the Redis functions cannot run this strategy, in one line; `None`
-/// when they can. They carry `fifo` and `fair`, `cap`, `limit` and
-/// `reserve`.
+/// when they can. They carry `fifo`, `fair` and `vtc` (weights and costs
+/// too), `cap`, `limit` and `reserve`.
 pub fn unsupported(index: usize, strategy: &Strategy) -> Option<String> {
-    let what = format!("strategy[{index}] ({:?})", strategy.name);
-    if strategy.queue == Queue::Vtc {
-        return Some(format!(
-            "{what}: queue = \"vtc\" is not carried by the Redis backend yet \
-             (it runs fifo and fair, with cap, limit and reserve)"
-        ));
+    strategy.fair_by.is_some().then(|| {
+        format!(
+            "strategy[{index}] ({:?}): fair_by is not carried by the Redis backend yet",
+            strategy.name
+        )
+    })
+}
+
+/// The functions' name for a discipline.
+pub fn queue_name(queue: Queue) -> &'static str {
+    match queue {
+        Queue::Fifo => "fifo",
+        Queue::Fair => "fair",
+        Queue::Vtc => "vtc",
     }
-    if strategy.fair_by.is_some() {
-        return Some(format!(
-            "{what}: fair_by is not carried by the Redis backend yet"
-        ));
-    }
-    None
 }
 
 /// The coordinator of a lab on Redis, and the server and worker processes
@@ -232,18 +234,22 @@ impl RedisBackend {
     ) -> Result<RunRecord, RunError> {
         let s = input.strategy;
         let opt = |v: Option<u32>| v.map_or(-1, i64::from);
-        cmd("FCALL")
+        let mut setup = cmd("FCALL");
+        setup
             .arg("noisylab_setup")
             .arg(0)
             .arg(p)
-            .arg(if s.queue == Queue::Fifo {
-                "fifo"
-            } else {
-                "fair"
-            })
+            .arg(queue_name(s.queue))
             .arg(opt(s.cap))
             .arg(opt(s.limit))
-            .arg(opt(s.reserve))
+            .arg(opt(s.reserve));
+        if s.queue == Queue::Vtc {
+            let weights = input.scenario.population().weights_for(s);
+            for (t, w) in weights.iter().enumerate().filter(|(_, w)| **w != 1.0) {
+                setup.arg(t).arg(w.to_string());
+            }
+        }
+        setup
             .query::<i64>(&mut self.con)
             .map_err(|e| failed(e.into()))?;
         // Each job's hold, for the workers to read once.
@@ -311,6 +317,7 @@ impl RedisBackend {
         stop: &AtomicBool,
     ) -> Result<Submitted, RunError> {
         let plan = &input.plan;
+        let vtc = input.strategy.queue == Queue::Vtc;
         let mut out = Submitted {
             accepted: 0,
             rtt: new_histogram(),
@@ -327,12 +334,22 @@ impl RedisBackend {
             }
             let mut pipe = redis::pipe();
             for (id, j) in plan.iter().enumerate().take(k).skip(i) {
-                pipe.cmd("FCALL")
+                let call = pipe
+                    .cmd("FCALL")
                     .arg("noisylab_submit")
                     .arg(0)
                     .arg(p)
                     .arg(id)
                     .arg(j.tenant);
+                if vtc {
+                    // Rust's shortest round-trip digits: the server reads
+                    // back the cost the in-process scheduler charges.
+                    let s = input.strategy;
+                    call.arg(
+                        s.job_cost(j.duration, j.tokens_in, j.tokens_out)
+                            .to_string(),
+                    );
+                }
             }
             let sent = Instant::now();
             let replies: Vec<(i64, i64)> =

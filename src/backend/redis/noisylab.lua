@@ -1,19 +1,20 @@
 #!lua name=noisylab
 -- noisylab's queue disciplines as a Redis 7 function library: the post's
--- shared FIFO, its fair queue (round robin over tenants), a per-tenant
--- concurrency cap (optionally lending idle workers past it) and a per-tenant
--- queue limit. Every scheduling decision is made here, inside the server, in
+-- shared FIFO, its fair queue (round robin over tenants), the Virtual Token
+-- Counter (least service first, weighted), a per-tenant concurrency cap
+-- (optionally lending idle workers past it) and a per-tenant queue limit. Every scheduling decision is made here, inside the server, in
 -- one atomic call: a submit, a take, a finish and the next take.
 --
 -- Load it with `redis-cli FUNCTION LOAD REPLACE "$(cat noisylab.lua)"`; a
 -- worker then loops: FCALL noisylab_take 0 P 0 (or, with nothing to take,
 -- BLPOP P.."wake" and FCALL noisylab_take 0 P 1), run the job, FCALL
--- noisylab_finish 0 P job tenant, which hands back the next job.
+-- noisylab_finish 0 P job tenant, which hands back the next job. A
+-- submitter calls FCALL noisylab_submit 0 P job tenant [cost].
 --
 -- Keys. Every key of one queue sits under a prefix P (ARGV[1], for example
 -- "noisylab:7f3a:0:"), so many queues share a server; tenants and jobs are
 -- numbers, a job's id growing with its arrival.
---   P.."cfg"      hash   queue = fifo | fair | halt, cap, limit, reserve
+--   P.."cfg"      hash   queue = fifo | fair | vtc | halt, cap, limit, reserve
 --                        (-1: no lending), expect (jobs accepted in all)
 --   P.."q:"..t    list   tenant t's waiting jobs, oldest first
 --   P.."run"      hash   tenant -> its jobs running now
@@ -24,6 +25,16 @@
 --                        served first, one job each
 --   P.."ring"     list   fair: tenants served that still have work, or back
 --                        from their cap; a turn sends a tenant to the back
+--   P.."vready"   zset   vtc: tenants below their cap with work, scored by
+--                        their counter; members are tenants zero-padded to
+--                        ten digits, so equal counters go to the lower id
+--   P.."vback"    zset   vtc: tenants with work (ready or at their cap), by
+--                        counter: the floor a newcomer is lifted to
+--   P.."ctr"      hash   vtc: tenant -> its counter, service ÷ weight
+--   P.."w"        hash   vtc: tenant -> its weight (absent: 1)
+--   P.."cost"     hash   vtc: job -> its cost, until it starts
+--   P.."vlast"    string vtc: the counter of the tenant whose start last
+--                        left nobody with work: the floor while nobody has
 --   P.."capped"   zset   with lending: tenants at their cap with work, by
 --                        their oldest job
 --   P.."runnable" string with a cap: jobs that may start now, the sum over
@@ -37,8 +48,8 @@
 --                        finished, refused, on the server's clock (TIME)
 --   P.."done", P.."end": finishes counted; a token once `expect` is reached
 --
--- Cost. fair: O(1) a call; fifo, a cap with lending: O(log tenants) (one
--- sorted-set operation); never a scan over tenants or jobs. Keys are built
+-- Cost. fair: O(1) a call; fifo, vtc, a cap with lending: O(log tenants)
+-- (a few sorted-set operations); never a scan over tenants or jobs. Keys are built
 -- from the prefix rather than passed in KEYS: for one server, not a cluster.
 --
 -- The same rules as noisylab's in-process schedulers (src/sched/), which
@@ -94,18 +105,67 @@ local function head(P, t)
   return nil
 end
 
+-- vtc: a tenant's member in the counters' sorted sets, and its counter.
+-- Counters are written with 17 digits, so they read back to the bit and
+-- every sum is the in-process scheduler's own.
+local function member(t)
+  return string.format('%010d', tonumber(t))
+end
+
+local function digits(x)
+  return string.format('%.17g', x)
+end
+
+local function counter(P, t)
+  return tonumber(redis.call('HGET', P .. 'ctr', t) or 0)
+end
+
 -- The tenant can be served again (work waiting, below its cap).
 local function ready(P, c, t, job)
   if c.queue == 'fifo' then
     redis.call('ZADD', P .. 'ready', job, t)
+  elseif c.queue == 'vtc' then
+    redis.call('ZADD', P .. 'vready', digits(counter(P, t)), member(t))
   else
     redis.call('RPUSH', P .. 'ring', t)
   end
 end
 
--- Queue a job, or refuse it when its tenant has `limit` waiting.
--- Returns true, or false and the tenant's waiting count.
-local function push(P, c, t, job)
+-- vtc: a tenant with nothing waiting got a job: it banks no credit. Its
+-- counter is lifted to the lowest among tenants with work, or, with none,
+-- to the last one's to leave; it joins the tenants with work.
+local function lift(P, t)
+  local low = redis.call('ZRANGE', P .. 'vback', 0, 0, 'WITHSCORES')
+  local floor
+  if #low > 0 then
+    floor = tonumber(low[2])
+  else
+    floor = tonumber(redis.call('GET', P .. 'vlast') or 0)
+  end
+  local x = math.max(counter(P, t), floor)
+  redis.call('HSET', P .. 'ctr', t, digits(x))
+  redis.call('ZADD', P .. 'vback', digits(x), member(t))
+end
+
+-- vtc: tenant t started `job` (`h`: its next waiting job, if any): its
+-- counter grows by the job's cost ÷ its weight; back with the tenants with
+-- work if it has more, or, the last to leave them, the next lift's floor.
+local function served(P, t, job, h)
+  local cost = tonumber(redis.call('HGET', P .. 'cost', job) or 1)
+  redis.call('HDEL', P .. 'cost', job)
+  local weight = tonumber(redis.call('HGET', P .. 'w', t) or 1)
+  local x = counter(P, t) + cost / weight
+  redis.call('HSET', P .. 'ctr', t, digits(x))
+  if h then
+    redis.call('ZADD', P .. 'vback', digits(x), member(t))
+  elseif redis.call('ZCARD', P .. 'vback') == 0 then
+    redis.call('SET', P .. 'vlast', digits(x))
+  end
+end
+
+-- Queue a job (of `cost`, for vtc), or refuse it when its tenant has
+-- `limit` waiting. Returns true, or false and the tenant's waiting count.
+local function push(P, c, t, job, cost)
   local q = P .. 'q:' .. t
   local waiting = redis.call('RPUSH', q, job) - 1
   if waiting >= c.limit then
@@ -113,16 +173,20 @@ local function push(P, c, t, job)
     return false, waiting
   end
   redis.call('INCR', P .. 'queued')
+  if c.queue == 'vtc' then
+    if cost then redis.call('HSET', P .. 'cost', job, cost) end
+    if waiting == 0 then lift(P, t) end
+  end
   local r = 0
   if c.cap ~= NO_CAP then
     r = running(P, t)
     runnable(P, c, waiting, r, waiting + 1, r)
   end
   if waiting == 0 and r < c.cap then
-    if c.queue == 'fifo' then
-      redis.call('ZADD', P .. 'ready', job, t)
-    else
+    if c.queue == 'fair' then
       redis.call('RPUSH', P .. 'fresh', t)
+    else
+      ready(P, c, t, job)
     end
   elseif waiting == 0 and c.reserve >= 0 then
     redis.call('ZADD', P .. 'capped', job, t)
@@ -151,11 +215,17 @@ local function take(P, c)
     local z = redis.call('ZPOPMIN', P .. 'ready')
     if #z == 0 then return nil end
     t = z[1]
+  elseif c.queue == 'vtc' then
+    local z = redis.call('ZPOPMIN', P .. 'vready')
+    if #z == 0 then return nil end
+    t = tostring(tonumber(z[1]))
+    redis.call('ZREM', P .. 'vback', z[1])
   else
     t = redis.call('LPOP', P .. 'fresh') or redis.call('LPOP', P .. 'ring')
     if not t then return nil end
   end
   local job, r, h = start(P, c, t)
+  if c.queue == 'vtc' then served(P, t, job, h) end
   if h and r < c.cap then
     ready(P, c, t, h)
   elseif h and c.reserve >= 0 then
@@ -169,7 +239,9 @@ local function take_over(P, c)
   local z = redis.call('ZPOPMIN', P .. 'capped')
   if #z == 0 then return nil end
   local t = z[1]
+  if c.queue == 'vtc' then redis.call('ZREM', P .. 'vback', member(t)) end
   local job, _, h = start(P, c, t)
+  if c.queue == 'vtc' then served(P, t, job, h) end
   if h then redis.call('ZADD', P .. 'capped', h, t) end
   return t, job
 end
@@ -226,7 +298,8 @@ local function hand_out(P, c, stamp)
   return entry('s', job, stamp), job .. ' ' .. t
 end
 
--- setup(P, queue, cap, limit, reserve): a new queue; refused if P is in use.
+-- setup(P, queue, cap, limit, reserve [, tenant, weight]...): a new queue;
+-- refused if P is in use. vtc's weights: pairs for tenants not of weight 1.
 local function setup(_, args)
   local P = args[1]
   if redis.call('EXISTS', P .. 'cfg') == 1 then
@@ -237,17 +310,21 @@ local function setup(_, args)
   if cap < 0 then cap = NO_CAP end
   if limit < 0 then limit = NO_CAP end
   redis.call('HSET', P .. 'cfg', 'queue', args[2], 'cap', cap, 'limit', limit, 'reserve', args[5])
+  for i = 6, #args, 1000 do -- in slices: unpack is bounded by Lua's stack
+    redis.call('HSET', P .. 'w', unpack(args, i, math.min(i + 999, #args)))
+  end
   settings[P] = nil
   return 1
 end
 
--- submit(P, job, tenant): {1, woke} (woke: 1 if an idle worker was woken
--- for it) or {0, waiting} (refused by the queue limit).
+-- submit(P, job, tenant [, cost]): {1, woke} (woke: 1 if an idle worker
+-- was woken for it) or {0, waiting} (refused by the queue limit). vtc
+-- charges `cost` (default 1) when the job starts.
 local function submit(_, args)
   local P, job, t = args[1], tonumber(args[2]), args[3]
   local c = cfg(P)
   local stamp = clock()
-  local ok, waiting = push(P, c, t, job)
+  local ok, waiting = push(P, c, t, job, args[4])
   if not ok then
     redis.call('RPUSH', P .. 'log', entry('r', job, stamp))
     return { 0, waiting }
@@ -320,12 +397,12 @@ local function forget(_, args)
   return 1
 end
 
--- The scheduler alone, for the equivalence tests: push(P, job, tenant) as
--- submit without the wake; pop(P, idle) -> {tenant, job} or nil;
+-- The scheduler alone, for the equivalence tests: push(P, job, tenant
+-- [, cost]) as submit without the wake; pop(P, idle) -> {tenant, job} or nil;
 -- done(P, tenant) as a finish.
 local function push_only(_, args)
   local P = args[1]
-  local ok, waiting = push(P, cfg(P), args[3], tonumber(args[2]))
+  local ok, waiting = push(P, cfg(P), args[3], tonumber(args[2]), args[4])
   if ok then return { 1, 0 } end
   return { 0, waiting }
 end
