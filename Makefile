@@ -37,9 +37,12 @@ test:
 
 # Scheduler cost by tenant count (ours beside the naive scans), the virtual
 # article lab, and the scale scenario's wall time and memory, without and
-# with the provider's limits and retrying clients.
+# with the provider's limits and retrying clients; then the Redis functions'
+# throughput beside redis-benchmark and their server time at a million
+# queued jobs (skipped in one line without redis-server).
 bench: build
 	$(CARGO) bench --locked --bench sched
+	$(CARGO) bench --locked --bench queue
 	$(BIN) run lab/scale.toml --clock virtual --format json > /dev/null
 	$(BIN) run lab/scale-limits.toml --clock virtual --format json > /dev/null
 

@@ -73,6 +73,10 @@ pub struct QueueFigures {
     /// A worker's take (a finish and the next take, or a take after a
     /// wake), round trip in microseconds.
     pub take_rtt_us: Percentiles,
+    /// How late a worker's own timer woke after a job's hold, microseconds
+    /// (the rest of a job's overshoot on the server's stamps is the two
+    /// round trips' halves).
+    pub hold_overshoot_us: Percentiles,
     /// A submit's round trip in microseconds (a burst pipelined counts as
     /// one round trip for all its jobs).
     pub submit_rtt_us: Percentiles,

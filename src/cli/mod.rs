@@ -256,9 +256,10 @@ pub struct RunOpts {
     /// Where the queue lives: `in-process` (this process's engine),
     /// `redis` (a Redis server the lab starts and stops), or
     /// `redis://HOST:PORT[/DB]` (an existing server; the lab's keys are
-    /// deleted at the end). Real clock only.
-    #[arg(long, default_value = "in-process", value_parser = parse_backend)]
-    pub backend: QueueBackend,
+    /// deleted at the end). Real clock only. [default: the scenario's
+    /// `[backend]`, else in-process]
+    #[arg(long, value_parser = parse_backend)]
+    pub backend: Option<QueueBackend>,
     /// With a Redis backend: worker processes sharing the pool's workers
     /// [default: enough that none runs more than 5 workers, at least 2];
     /// 0 waits for `noisylab worker` processes started elsewhere.
@@ -275,7 +276,8 @@ fn parse_backend(text: &str) -> Result<QueueBackend, String> {
         url if url.starts_with("redis://") => Target::Url(url.to_string()),
         other => {
             return Err(format!(
-                "unknown backend {other:?}: allowed: in-process, redis, redis://HOST:PORT[/DB]"
+                "unknown backend {other:?}: allowed: {}",
+                crate::scenario::BACKENDS_ALLOWED
             ));
         }
     };
@@ -319,8 +321,19 @@ impl RunOpts {
         scenario
             .select(&self.strategies)
             .map_err(|e| anyhow::anyhow!("{}: {e}", self.scenario_label()))?;
-        let mut backend = self.backend.clone();
-        match (&mut backend, self.processes) {
+        // The command line's backend, else the scenario's (checked when it
+        // was loaded; the virtual clock, the model, runs in this process
+        // whatever the scenario says), else this process.
+        let (mut backend, mut processes) = match (&self.backend, &scenario.backend) {
+            (Some(b), _) => (b.clone(), None),
+            (None, Some(spec)) if self.clock == ClockKind::Real => (
+                parse_backend(&spec.url).map_err(anyhow::Error::msg)?,
+                spec.processes,
+            ),
+            (None, _) => (QueueBackend::InProcess, None),
+        };
+        processes = self.processes.or(processes);
+        match (&mut backend, processes) {
             (QueueBackend::Redis(r), processes) => r.processes = processes,
             (QueueBackend::InProcess, Some(_)) => {
                 anyhow::bail!("--processes goes with a Redis backend (--backend redis)")

@@ -450,6 +450,7 @@ fn combine_queue(runs: &[&Figures], pick: Pick) -> Option<QueueFigures> {
     let f = |get: &dyn Fn(&QueueFigures) -> f64| pick_all(qs.iter().map(|q| get(q)), pick);
     Some(QueueFigures {
         take_rtt_us: pick_percentiles(qs.iter().map(|q| &q.take_rtt_us), pick),
+        hold_overshoot_us: pick_percentiles(qs.iter().map(|q| &q.hold_overshoot_us), pick),
         submit_rtt_us: pick_percentiles(qs.iter().map(|q| &q.submit_rtt_us), pick),
         server_us_per_call: f(&|q| q.server_us_per_call),
         server_cpu_s: f(&|q| q.server_cpu_s),

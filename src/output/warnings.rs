@@ -24,6 +24,10 @@ pub enum Warning {
     },
     /// Jobs held their worker noticeably longer than `job_ms`.
     TimerOvershoot { strategy: String, p99_ms: f64 },
+    /// On a real queue: the worker processes' own timers woke late after a
+    /// job's hold (a job's overshoot on the server's stamps also holds the
+    /// round trips, a cost of the queue, and is not judged here).
+    WorkerTimerLate { strategy: String, p99_ms: f64 },
     /// The machine was busy with other work during the lab.
     HighLoad { load: f64, cores: usize },
     /// The results file was written by another noisylab version.
@@ -62,6 +66,13 @@ impl fmt::Display for Warning {
                 "{strategy}: jobs overshot their duration by {p99_ms:.3} ms at p99 (more than \
                  {OVERSHOOT_P99_MS} ms): the timer is too coarse or the machine is busy. Use \
                  `--timer precise` (the default) and an idle machine."
+            ),
+            Warning::WorkerTimerLate { strategy, p99_ms } => write!(
+                f,
+                "{strategy}: the worker processes' timers woke {p99_ms:.3} ms late at p99 after a \
+                 job's hold (more than {OVERSHOOT_P99_MS} ms): the worker threads waited for a \
+                 CPU. Rerun on an idle machine, or with fewer worker processes beside the server \
+                 (--processes)."
             ),
             Warning::HighLoad { load, cores } => write!(
                 f,

@@ -9,10 +9,15 @@ use crate::results::LabResults;
 use crate::units::ratio;
 use crate::validate::model::{MAKESPAN_CLOSE, WAIT_CLOSE, WAIT_ERRORS, harness_error_ms};
 
-/// A results file's column heading: its machine and date.
+/// A results file's column heading: its machine, its queue when that was
+/// not in this process, and its date.
 pub fn heading(r: &LabResults) -> String {
     let date = r.date().unwrap_or_else(|| "virtual".to_string());
-    format!("{} ({}), {date}", r.machine.host, r.machine.cpu)
+    let queue = r
+        .backend
+        .as_ref()
+        .map_or_else(String::new, |b| format!(" on {} {}", b.kind, b.version));
+    format!("{} ({}){queue}, {date}", r.machine.host, r.machine.cpu)
 }
 
 /// Whether every file's figure agrees with the first file's within what

@@ -45,6 +45,15 @@ pub fn header(r: &LabResults) -> String {
         r.seed,
         r.tool
     );
+    if let Some(b) = &r.backend {
+        line.push_str(&format!(
+            " · on {} {}, {} worker process{}",
+            b.kind,
+            b.version,
+            b.processes,
+            if b.processes == 1 { "" } else { "es" }
+        ));
+    }
     if let Some(created) = r.created() {
         line.push_str(&format!(" · {created}"));
     }

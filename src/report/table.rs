@@ -73,6 +73,45 @@ pub fn harness_table(results: &LabResults, style: TableStyle) -> Table {
     table
 }
 
+/// On a real queue, per strategy: what the server and the round trips cost
+/// (medians of the runs); `None` for a lab in this process.
+pub fn queue_table(results: &LabResults, style: TableStyle) -> Option<Table> {
+    if results.strategies.iter().all(|s| s.median.queue.is_none()) {
+        return None;
+    }
+    let mut table = Table::new();
+    table.load_style(style);
+    table.set_header(vec![
+        "Strategy",
+        "Take round trip p50",
+        "Take round trip p99",
+        "Worker's timer late p50",
+        "Worker's timer late p99",
+        "Submit round trip p50",
+        "Server time a call",
+        "Server CPU",
+        "Calls a job",
+        "Bytes a job",
+    ]);
+    for s in &results.strategies {
+        let Some(q) = &s.median.queue else { continue };
+        table.add_row(vec![
+            s.name.clone(),
+            us(q.take_rtt_us.p50),
+            us(q.take_rtt_us.p99),
+            us(q.hold_overshoot_us.p50),
+            us(q.hold_overshoot_us.p99),
+            us(q.submit_rtt_us.p50),
+            us(q.server_us_per_call),
+            format!("{} s", sig3(q.server_cpu_s)),
+            sig3(q.calls_per_job),
+            sig3(q.bytes_per_job),
+        ]);
+    }
+    right_align(&mut table);
+    Some(table)
+}
+
 /// Per class, per strategy: waits, slowdown, counts, tokens and done time
 /// (medians of the runs).
 pub fn class_table(results: &LabResults, style: TableStyle) -> Table {
@@ -370,6 +409,10 @@ impl Exporter for TableExporter {
                 out.push_str("\nHarness error (medians of the runs):\n");
                 let table = harness_table(results, UTF8_FULL_CONDENSED);
                 out.push_str(&fit_terminal(table).to_string());
+                if let Some(table) = queue_table(results, UTF8_FULL_CONDENSED) {
+                    out.push_str("\nThe queue's own cost (medians of the runs):\n");
+                    out.push_str(&fit_terminal(table).to_string());
+                }
             }
             ClockKind::Virtual => {
                 out.push_str(

@@ -2,7 +2,7 @@
 //! the key and says what was found and what is allowed.
 
 use super::limits::{Budget, Clients, Provider, RateLimit, Retry, RetryAfter};
-use super::{Dist, Group, JOB_RECORD_BYTES, MAX_JOBS_PER_RUN, Scenario};
+use super::{BackendSpec, Dist, Group, JOB_RECORD_BYTES, MAX_JOBS_PER_RUN, Scenario};
 
 /// The offending key and why.
 type Failure = (String, String);
@@ -63,6 +63,9 @@ impl Scenario {
         }
         self.check_strategies()?;
         self.check_limits()?;
+        if let Some(b) = &self.backend {
+            check_backend(b)?;
+        }
         let jobs = self.jobs_per_run();
         if jobs > MAX_JOBS_PER_RUN {
             return fail(
@@ -443,6 +446,28 @@ impl Scenario {
         }
         Ok(())
     }
+}
+
+/// `[backend]`: a backend noisylab knows, and processes only for Redis.
+fn check_backend(b: &BackendSpec) -> Result<(), Failure> {
+    let redis = b.url == "redis" || b.url.starts_with("redis://");
+    if !redis && b.url != "in-process" {
+        return fail(
+            "backend.url",
+            format!(
+                "unknown backend {:?}; allowed: {}",
+                b.url,
+                super::BACKENDS_ALLOWED
+            ),
+        );
+    }
+    if !redis && b.processes.is_some() {
+        return fail(
+            "backend.processes",
+            "goes with a Redis backend (url = \"redis\" or \"redis://…\")".into(),
+        );
+    }
+    Ok(())
 }
 
 fn check_dist(key: &str, d: &Dist, tokens_ok: bool) -> Result<(), Failure> {

@@ -71,8 +71,28 @@ pub struct Scenario {
     /// own `clients` replaces it for its tenants).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clients: Option<Clients>,
+    /// Where the queue lives when the command line does not say:
+    /// `[backend]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendSpec>,
     pub strategy: Vec<Strategy>,
 }
+
+/// `[backend]`: the same as `run --backend URL --processes P`, which
+/// override it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSpec {
+    /// `in-process`, `redis` (a server the lab starts) or
+    /// `redis://HOST:PORT[/DB]`.
+    pub url: String,
+    /// Worker processes (Redis only; 0: they join from elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u32>,
+}
+
+/// The backends `[backend] url` and `--backend` take.
+pub const BACKENDS_ALLOWED: &str = "in-process, redis, redis://HOST:PORT[/DB]";
 
 /// The well-behaved tenants.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

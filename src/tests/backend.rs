@@ -381,21 +381,11 @@ fn the_smoke_lab_on_redis_reproduces_the_model() {
     let Some(_gate) = server() else { return };
     drop(_gate);
     let dir = tempfile::tempdir().unwrap();
-    let smoke = std::fs::canonicalize("lab/smoke.toml").unwrap();
-    let out = noisylab(
-        &[
-            "run",
-            smoke.to_str().unwrap(),
-            "--backend",
-            "redis",
-            "--processes",
-            "2",
-            "-q",
-            "--out",
-            ".",
-        ],
-        dir.path(),
-    );
+    // The scenario names its backend; the command line does not.
+    let smoke = std::fs::read_to_string("lab/smoke.toml").unwrap()
+        + "\n[backend]\nurl = \"redis\"\nprocesses = 2\n";
+    std::fs::write(dir.path().join("smoke.toml"), smoke).unwrap();
+    let out = noisylab(&["run", "smoke.toml", "-q", "--out", "."], dir.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let file = std::fs::read_dir(dir.path().join("runs"))
@@ -440,10 +430,16 @@ fn faults_a_user_meets_first_end_in_one_line() {
         &noisylab(&["run", smoke, "--backend", &url, "-q"], dir.path()),
         "cannot reach the Redis server",
     );
-    // Not a backend.
+    // Not a backend, on the command line or in the scenario.
     one_line(
         &noisylab(&["run", smoke, "--backend", "rabbit", "-q"], dir.path()),
         "allowed: in-process, redis, redis://",
+    );
+    let rabbit = std::fs::read_to_string(smoke).unwrap() + "\n[backend]\nurl = \"rabbit\"\n";
+    std::fs::write(dir.path().join("rabbit.toml"), rabbit).unwrap();
+    one_line(
+        &noisylab(&["run", "rabbit.toml", "-q"], dir.path()),
+        "backend.url: unknown backend \"rabbit\"; allowed: in-process, redis, redis://",
     );
     // What the functions do not carry yet, before anything starts.
     one_line(

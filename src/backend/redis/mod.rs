@@ -266,7 +266,7 @@ impl RedisBackend {
         let submitted = self.submit_all(p, &input, origin, stop)?;
         self.wait_end(p, &input, submitted.accepted, stop)?;
         let after = ServerStats::read(&mut self.con).map_err(failed)?;
-        let take_rtt = self.end_run(p).map_err(failed)?;
+        let (take_rtt, hold_late) = self.end_run(p).map_err(failed)?;
         let log: Vec<String> = cmd("LRANGE")
             .arg(format!("{p}log"))
             .arg(0)
@@ -276,6 +276,7 @@ impl RedisBackend {
         let n = input.plan.len() as f64;
         let queue = QueueFigures {
             take_rtt_us: percentiles(&take_rtt, 1e3),
+            hold_overshoot_us: percentiles(&hold_late, 1e3),
             submit_rtt_us: percentiles(&submitted.rtt, 1e3),
             server_us_per_call: after.per_call_us(&before),
             server_cpu_s: after.cpu_s - before.cpu_s,
@@ -415,8 +416,12 @@ impl RedisBackend {
         }
     }
 
-    /// Stop every worker's run and merge their round-trip times.
-    fn end_run(&mut self, p: &str) -> Result<hdrhistogram::Histogram<u64>> {
+    /// Stop every worker's run and merge their round-trip times and their
+    /// timers' lateness.
+    fn end_run(
+        &mut self,
+        p: &str,
+    ) -> Result<(hdrhistogram::Histogram<u64>, hdrhistogram::Histogram<u64>)> {
         let mut pipe = redis::pipe();
         for _ in 0..self.workers {
             pipe.cmd("RPUSH").arg(format!("{p}wake")).arg(worker::STOP);
@@ -433,11 +438,15 @@ impl RedisBackend {
             .arg(0)
             .arg(-1)
             .query(&mut self.con)?;
-        let mut merged = new_histogram();
+        let (mut rtt, mut late) = (new_histogram(), new_histogram());
         for text in encoded {
-            merged.add(decode_histogram(&text)?)?;
+            let (a, b) = text
+                .split_once(' ')
+                .ok_or_else(|| anyhow!("a worker's figures that are not two histograms"))?;
+            rtt.add(decode_histogram(a)?)?;
+            late.add(decode_histogram(b)?)?;
         }
-        Ok(merged)
+        Ok((rtt, late))
     }
 
     /// No more jobs for anyone; the workers leave the run (best effort: the
@@ -560,7 +569,8 @@ fn server_version(con: &mut Connection) -> Result<String> {
     Ok(version)
 }
 
-fn info_field<'a>(info: &'a str, key: &str) -> Option<&'a str> {
+/// A field of an `INFO` reply.
+pub fn info_field<'a>(info: &'a str, key: &str) -> Option<&'a str> {
     info.lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .map(str::trim)

@@ -17,7 +17,7 @@
 --   P.."cfg"      hash   queue = fifo | fair | vtc | halt, cap, limit, reserve
 --                        (-1: no lending), expect (jobs accepted in all)
 --   P.."q:"..t    list   tenant t's waiting jobs, oldest first
---   P.."run"      hash   tenant -> its jobs running now
+--   P.."run"      hash   with a cap: tenant -> its jobs running now
 --   P.."queued"   string jobs waiting, all tenants
 --   P.."ready"    zset   fifo: tenants below their cap with work, scored by
 --                        their oldest job
@@ -194,14 +194,15 @@ local function push(P, c, t, job, cost)
   return true
 end
 
--- Pop the tenant's oldest job and count it running.
+-- Pop the tenant's oldest job and, with a cap, count it running.
 local function start(P, c, t)
   local q = P .. 'q:' .. t
   local job = tonumber(redis.call('LPOP', q))
   redis.call('DECR', P .. 'queued')
-  local r = redis.call('HINCRBY', P .. 'run', t, 1)
+  local r = 0
   local h = head(P, t)
   if c.cap ~= NO_CAP then
+    r = redis.call('HINCRBY', P .. 'run', t, 1)
     local w = redis.call('LLEN', q)
     runnable(P, c, w + 1, r - 1, w, r)
   end
@@ -269,8 +270,9 @@ end
 
 -- A running job of tenant t finished.
 local function finished(P, c, t)
+  if c.cap == NO_CAP then return end -- nothing counted without a cap
   local r = redis.call('HINCRBY', P .. 'run', t, -1)
-  if c.cap == NO_CAP or c.cap - r <= 0 then return end -- no cap; or still at (lent, over) it
+  if c.cap - r <= 0 then return end -- still at (lent, over) its cap
   local w = redis.call('LLEN', P .. 'q:' .. t)
   runnable(P, c, w, r + 1, w, r)
   if r + 1 ~= c.cap or w == 0 then return end
