@@ -20,6 +20,8 @@
 //! | `super::report::…` inside a function in `sched/mod.rs` | the same |
 //! | `use crate::{sched::{JobId}, report::Exporter};` in `engine/mod.rs` | the same |
 //! | the precise timer's spin ends 20 µs early | `engine::clock::tests::a_real_clock_never_wakes_before_the_instant_asked_for` |
+//! | `noisylab.lua`'s vtc charges a job's cost without its tenant's weight | `backend`: `the_redis_functions_take_the_same_jobs_as_the_in_process_schedulers` |
+//! | … lifts a newcomer into an empty backlog to 0, not the last leaver's counter | the same |
 
 use std::collections::{BTreeMap, HashMap};
 
