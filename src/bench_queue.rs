@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use noisylab::backend::redis::server::{self, OwnedServer};
-use noisylab::backend::redis::{self as rb};
+use noisylab::backend::redis::{self as rb, worker};
 use redis::{Client, Connection, cmd};
 
 const THREADS: u32 = 20;
@@ -171,27 +171,14 @@ fn submit(p: &str, id: u32, tenant: u32, queue: &str) -> redis::Cmd {
 /// Take and finish jobs until none is left or `most` calls were made; the
 /// calls made.
 fn drain(con: &mut Connection, p: &str, most: u32) -> Result<u32> {
-    let mut next: Option<String> = cmd("FCALL")
-        .arg("noisylab_take")
-        .arg(0)
-        .arg(p)
-        .arg(0)
-        .query(con)?;
+    let mut next = worker::take(con, p, false)?;
     let mut calls = 1;
     while let Some(payload) = next {
         if calls >= most {
             break;
         }
-        let (job, tenant) = payload
-            .split_once(' ')
-            .context("a job that is not \"job tenant\"")?;
-        next = cmd("FCALL")
-            .arg("noisylab_finish")
-            .arg(0)
-            .arg(p)
-            .arg(job)
-            .arg(tenant)
-            .query(con)?;
+        let (job, tenant) = worker::parse(&payload)?;
+        next = worker::finish(con, p, job, tenant)?;
         calls += 1;
     }
     Ok(calls)

@@ -262,8 +262,15 @@ impl RedisBackend {
         self.start_run(p).map_err(failed)?;
         let before = ServerStats::read(&mut self.con).map_err(failed)?;
         let t0_us = server_time_us(&mut self.con).map_err(failed)?;
+        // vtc's cost of each job, in Rust's shortest round-trip digits (the
+        // server reads back the cost the in-process scheduler charges),
+        // made before the first arrival rather than on its way.
+        let costs: Option<Vec<String>> = (s.queue == Queue::Vtc).then(|| {
+            let cost = |j: &JobRecord| s.job_cost(j.duration, j.tokens_in, j.tokens_out);
+            input.plan.iter().map(|j| cost(j).to_string()).collect()
+        });
         let origin = Instant::now();
-        let submitted = self.submit_all(p, &input, origin, stop)?;
+        let submitted = self.submit_all(p, &input, costs.as_deref(), origin, stop)?;
         self.wait_end(p, &input, submitted.accepted, stop)?;
         let after = ServerStats::read(&mut self.con).map_err(failed)?;
         let (take_rtt, hold_late) = self.end_run(p).map_err(failed)?;
@@ -308,17 +315,17 @@ impl RedisBackend {
         .context("the workers did not start the run")
     }
 
-    /// Every planned job at its instant; those due at one instant in one
-    /// pipelined round trip.
+    /// Every planned job at its instant (with vtc, its cost); those due at
+    /// one instant in one pipelined round trip.
     fn submit_all(
         &mut self,
         p: &str,
         input: &RunInput<'_>,
+        costs: Option<&[String]>,
         origin: Instant,
         stop: &AtomicBool,
     ) -> Result<Submitted, RunError> {
         let plan = &input.plan;
-        let vtc = input.strategy.queue == Queue::Vtc;
         let mut out = Submitted {
             accepted: 0,
             rtt: new_histogram(),
@@ -342,14 +349,8 @@ impl RedisBackend {
                     .arg(p)
                     .arg(id)
                     .arg(j.tenant);
-                if vtc {
-                    // Rust's shortest round-trip digits: the server reads
-                    // back the cost the in-process scheduler charges.
-                    let s = input.strategy;
-                    call.arg(
-                        s.job_cost(j.duration, j.tokens_in, j.tokens_out)
-                            .to_string(),
-                    );
+                if let Some(costs) = costs {
+                    call.arg(&costs[id]);
                 }
             }
             let sent = Instant::now();

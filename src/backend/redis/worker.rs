@@ -83,14 +83,14 @@ fn serve_run(con: &mut Connection, p: &str) -> Result<()> {
         .context("the run's durations are not numbers")?;
     let (mut rtt, mut late) = (new_histogram(), new_histogram());
     let wake = format!("{p}wake");
-    let mut next = take(con, p, false, &mut rtt)?;
+    let mut next = take_timed(con, p, false, &mut rtt)?;
     loop {
         let Some(payload) = next else {
             let (_, token): (String, String) = cmd("BLPOP").arg(&wake).arg(0).query(con)?;
             if token == STOP {
                 break;
             }
-            next = take(con, p, true, &mut rtt)?;
+            next = take_timed(con, p, true, &mut rtt)?;
             continue;
         };
         let (job, tenant) = parse(&payload)?;
@@ -101,13 +101,7 @@ fn serve_run(con: &mut Connection, p: &str) -> Result<()> {
         sleep_until_blocking(until, HOLD_MARGIN);
         let sent = Instant::now();
         record(&mut late, (sent - until).as_nanos() as u64);
-        next = cmd("FCALL")
-            .arg("noisylab_finish")
-            .arg(0)
-            .arg(p)
-            .arg(job)
-            .arg(tenant)
-            .query(con)?;
+        next = finish(con, p, job, tenant)?;
         record(&mut rtt, sent.elapsed().as_nanos() as u64);
     }
     cmd("RPUSH")
@@ -121,26 +115,43 @@ fn serve_run(con: &mut Connection, p: &str) -> Result<()> {
     Ok(())
 }
 
-/// A take at the run's start, or after a wake token (`woken`).
-fn take(
+/// A take at the run's start, or after a wake token (`woken`), timed.
+fn take_timed(
     con: &mut Connection,
     p: &str,
     woken: bool,
     rtt: &mut Histogram<u64>,
 ) -> Result<Option<String>> {
     let sent = Instant::now();
-    let next = cmd("FCALL")
-        .arg("noisylab_take")
-        .arg(0)
-        .arg(p)
-        .arg(u8::from(woken))
-        .query(con)?;
+    let next = take(con, p, woken)?;
     record(rtt, sent.elapsed().as_nanos() as u64);
     Ok(next)
 }
 
-/// "job tenant".
-fn parse(payload: &str) -> Result<(u32, u32)> {
+/// One take on the queue under `p`: its next job, "job tenant", or `None`
+/// (the worker is counted idle and should block on `p` + `wake`).
+pub fn take(con: &mut Connection, p: &str, woken: bool) -> Result<Option<String>> {
+    Ok(cmd("FCALL")
+        .arg("noisylab_take")
+        .arg(0)
+        .arg(p)
+        .arg(u8::from(woken))
+        .query(con)?)
+}
+
+/// Finish `job` of `tenant` and take the worker's next job, in one call.
+pub fn finish(con: &mut Connection, p: &str, job: u32, tenant: u32) -> Result<Option<String>> {
+    Ok(cmd("FCALL")
+        .arg("noisylab_finish")
+        .arg(0)
+        .arg(p)
+        .arg(job)
+        .arg(tenant)
+        .query(con)?)
+}
+
+/// A job as the functions hand it out: "job tenant".
+pub fn parse(payload: &str) -> Result<(u32, u32)> {
     let mut it = payload.split(' ').map(str::parse::<u32>);
     match (it.next(), it.next()) {
         (Some(Ok(job)), Some(Ok(tenant))) => Ok((job, tenant)),
