@@ -4,7 +4,8 @@
 //! pass or fail): the functions give the in-process schedulers' jobs and
 //! refusals for random operation sequences; a lab on worker processes loses
 //! nothing, keeps every cap by the server's stamps and reproduces the
-//! model; and the faults a user meets first end in one line, not a hang.
+//! model; the faults a user meets first end in one line, not a hang (a
+//! worker process killed mid-run is named); Ctrl-C leaves no server.
 //!
 //! Without `redis-server` on PATH the Redis tests pass without running and
 //! say so on stderr (`make test` prints one line); with
@@ -526,4 +527,109 @@ fn a_prefix_in_use_and_a_server_that_dies_mid_run_fail_loudly() {
     assert!(!err.contains('\n'), "one line: {err}");
     assert!(started.elapsed().as_secs() < 20, "no hang");
     drop(backend);
+}
+
+/// Processes whose parent is `parent` and whose name is `name`.
+fn children_named(parent: u32, name: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // "pid (comm) state ppid …"
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let Some((comm, rest)) = stat.split_once(") ") else {
+                return false;
+            };
+            comm.ends_with(&format!("({name}"))
+                && rest.split(' ').nth(1) == Some(&parent.to_string())
+                && alive(*pid)
+        })
+        .collect()
+}
+
+/// Processes whose command line holds `needle` (from `/proc`).
+fn processes_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+                && alive(*pid)
+        })
+        .collect()
+}
+
+#[test]
+fn a_worker_process_that_exits_is_named_and_the_run_stops() {
+    let _turn = one_at_a_time();
+    let Some(server) = server() else { return };
+    let s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
+    let plan = redis_plan(Target::Url(server.url.clone()), Some(2));
+    let mut backend = RedisBackend::start(&plan, s.workers).unwrap();
+    let workers = processes_with(&format!("worker\0--backend\0{}", server.url));
+    assert_eq!(workers.len(), 2, "two worker processes: {workers:?}");
+    // SAFETY: a signal to a worker process this test's backend started.
+    unsafe { libc::kill(workers[0] as libc::pid_t, libc::SIGKILL) };
+    let def = &s.strategy[0];
+    let pool = lab::pool_for(&s, def);
+    let jobs = noisylab::engine::load::plan(&s, s.seed);
+    let input = RunInput {
+        scenario: &s,
+        strategy: def,
+        pool: &pool,
+        sched: lab::scheduler(&s, def, &jobs),
+        plan: jobs,
+        seed: s.seed,
+    };
+    let started = std::time::Instant::now();
+    let err = match backend.run(input, &AtomicBool::new(false)) {
+        Ok(_) => panic!("a run that lost a worker process cannot finish"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains(&format!("(pid {}) exited", workers[0])),
+        "names the process: {err}"
+    );
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(started.elapsed().as_secs() < 20, "no hang");
+    drop(backend);
+    assert!(
+        processes_with(&format!("worker\0--backend\0{}", server.url)).is_empty(),
+        "the other worker process stops with the backend"
+    );
+}
+
+#[test]
+fn ctrl_c_on_redis_leaves_no_server_behind() {
+    let _turn = one_at_a_time();
+    let Some(_gate) = server() else { return };
+    drop(_gate);
+    let dir = tempfile::tempdir().unwrap();
+    let article = std::fs::canonicalize("lab/article.toml").unwrap();
+    let child = Command::new(NOISYLAB)
+        .args(["run", article.to_str().unwrap(), "--backend", "redis", "-q"])
+        .args(["--out", "."])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The lab's own server: a redis-server whose parent is the lab.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut own = Vec::new();
+    while own.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        own = children_named(child.id(), "redis-server");
+    }
+    assert_eq!(own.len(), 1, "the lab started its server");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: a signal to the test's own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(!alive(own[0]), "no server left: {stderr}");
 }

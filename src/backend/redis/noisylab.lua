@@ -2,8 +2,9 @@
 -- noisylab's queue disciplines as a Redis 7 function library: the post's
 -- shared FIFO, its fair queue (round robin over tenants), the Virtual Token
 -- Counter (least service first, weighted), a per-tenant concurrency cap
--- (optionally lending idle workers past it) and a per-tenant queue limit. Every scheduling decision is made here, inside the server, in
--- one atomic call: a submit, a take, a finish and the next take.
+-- (optionally lending idle workers past it) and a per-tenant queue limit.
+-- Every scheduling decision is made here, inside the server, in one atomic
+-- call: a submit, a take, a finish and the next take.
 --
 -- Load it with `redis-cli FUNCTION LOAD REPLACE "$(cat noisylab.lua)"`; a
 -- worker then loops: FCALL noisylab_take 0 P 0 (or, with nothing to take,
