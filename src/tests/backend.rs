@@ -602,6 +602,17 @@ fn a_worker_process_that_exits_is_named_and_the_run_stops() {
     );
 }
 
+/// Ctrl-C to the test's own child when dropped, a failed assertion's
+/// unwinding too.
+struct Interrupt(u32);
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        // SAFETY: a signal to a process this test started.
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGINT) };
+    }
+}
+
 #[test]
 fn ctrl_c_on_redis_leaves_no_server_behind() {
     let _turn = one_at_a_time();
@@ -617,6 +628,9 @@ fn ctrl_c_on_redis_leaves_no_server_behind() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Should an assertion fail first, the lab is still interrupted (and so
+    // stops its server) rather than left running.
+    let ctrl_c = Interrupt(child.id());
     // The lab's own server: a redis-server whose parent is the lab.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut own = Vec::new();
@@ -626,8 +640,7 @@ fn ctrl_c_on_redis_leaves_no_server_behind() {
     }
     assert_eq!(own.len(), 1, "the lab started its server");
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    // SAFETY: a signal to the test's own child.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    drop(ctrl_c); // Ctrl-C, once
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
