@@ -498,9 +498,6 @@ fn a_prefix_in_use_and_a_server_that_dies_mid_run_fail_loudly() {
     let s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
     let plan = redis_plan(Target::Url(server.url.clone()), Some(2));
     let mut backend = RedisBackend::start(&plan, s.workers).unwrap();
-    let def = &s.strategy[0];
-    let pool = lab::pool_for(&s, def);
-    let jobs = noisylab::engine::load::plan(&s, s.seed);
     let killer = {
         let pid = server.pid();
         std::thread::spawn(move || {
@@ -509,24 +506,34 @@ fn a_prefix_in_use_and_a_server_that_dies_mid_run_fail_loudly() {
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         })
     };
+    let err = failed_run(&mut backend, &s);
+    killer.join().unwrap();
+    assert!(err.contains("the Redis backend failed"), "{err}");
+    drop(backend);
+}
+
+/// The smoke lab's first strategy on `backend`, which must fail, within
+/// 20 s, in one line: that line.
+fn failed_run(backend: &mut RedisBackend, s: &Scenario) -> String {
+    let def = &s.strategy[0];
+    let pool = lab::pool_for(s, def);
+    let jobs = noisylab::engine::load::plan(s, s.seed);
     let input = RunInput {
-        scenario: &s,
+        scenario: s,
         strategy: def,
         pool: &pool,
-        sched: lab::scheduler(&s, def, &jobs),
+        sched: lab::scheduler(s, def, &jobs),
         plan: jobs,
         seed: s.seed,
     };
     let started = std::time::Instant::now();
     let err = match backend.run(input, &AtomicBool::new(false)) {
-        Ok(_) => panic!("a run whose server died cannot succeed"),
+        Ok(_) => panic!("a run that must fail finished"),
         Err(e) => e.to_string(),
     };
-    killer.join().unwrap();
-    assert!(err.contains("the Redis backend failed"), "{err}");
     assert!(!err.contains('\n'), "one line: {err}");
-    assert!(started.elapsed().as_secs() < 20, "no hang");
-    drop(backend);
+    assert!(started.elapsed().as_secs() < 20, "no hang: {err}");
+    err
 }
 
 /// Processes whose parent is `parent` and whose name is `name`.
@@ -573,28 +580,11 @@ fn a_worker_process_that_exits_is_named_and_the_run_stops() {
     assert_eq!(workers.len(), 2, "two worker processes: {workers:?}");
     // SAFETY: a signal to a worker process this test's backend started.
     unsafe { libc::kill(workers[0] as libc::pid_t, libc::SIGKILL) };
-    let def = &s.strategy[0];
-    let pool = lab::pool_for(&s, def);
-    let jobs = noisylab::engine::load::plan(&s, s.seed);
-    let input = RunInput {
-        scenario: &s,
-        strategy: def,
-        pool: &pool,
-        sched: lab::scheduler(&s, def, &jobs),
-        plan: jobs,
-        seed: s.seed,
-    };
-    let started = std::time::Instant::now();
-    let err = match backend.run(input, &AtomicBool::new(false)) {
-        Ok(_) => panic!("a run that lost a worker process cannot finish"),
-        Err(e) => e.to_string(),
-    };
+    let err = failed_run(&mut backend, &s);
     assert!(
         err.contains(&format!("(pid {}) exited", workers[0])),
         "names the process: {err}"
     );
-    assert!(!err.contains('\n'), "one line: {err}");
-    assert!(started.elapsed().as_secs() < 20, "no hang");
     drop(backend);
     assert!(
         processes_with(&format!("worker\0--backend\0{}", server.url)).is_empty(),
