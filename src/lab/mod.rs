@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::backend::redis::{self, RedisBackend};
+use crate::backend::redis::RedisBackend;
 use crate::backend::{Backend, InProcess, QueueBackend, RunError, RunInput, block_on_ready};
 use crate::calibrate::{self, CalibratePlan};
 use crate::engine::{self, JobRecord, Pool, RunStats, Timer, VirtualClock, load};
@@ -67,16 +67,9 @@ pub fn pool_for(scenario: &Scenario, strategy: &Strategy) -> Pool {
         traffic_ns: load::secs_to_ns(scenario.traffic_s),
         model_overshoot_ns: 0,
         reserve: strategy.reserve,
-        by_key: by_key(&population, strategy),
+        by_key: population.by_key(strategy),
         traffic: limits::traffic_plan(scenario, strategy),
     }
-}
-
-/// Whether the strategy's scheduler sees API keys rather than tenants: where
-/// some tenant splits itself and the strategy counts keys.
-fn by_key(population: &crate::scenario::Population, strategy: &Strategy) -> bool {
-    population.keys() != population.tenants()
-        && strategy.fair_by != Some(crate::scenario::FairBy::Tenant)
 }
 
 /// Run one strategy once on the virtual clock. Deterministic for a seed.
@@ -119,31 +112,16 @@ pub fn run_virtual_plan(
 /// this run's jobs (their costs, by id).
 pub fn scheduler(scenario: &Scenario, strategy: &Strategy, plan: &[JobRecord]) -> AnyScheduler {
     let population = scenario.population();
-    let mut weights = population.weights_for(strategy);
-    if by_key(&population, strategy) {
-        // Every key of a tenant carries the tenant's weight.
-        weights = population
-            .key_owner()
-            .iter()
-            .map(|&t| weights[t as usize])
-            .collect();
-    }
+    let weights = population.queue_weights(strategy);
     let mut sched = AnyScheduler::new(strategy, weights, || {
         plan.iter()
             .map(|j| strategy.job_cost(j.duration, j.tokens_in, j.tokens_out))
             .collect()
     });
-    if turns_keys(&population, strategy) {
+    if population.turns_keys(strategy) {
         sched.turn_keys(plan.iter().map(|j| j.key).collect());
     }
     sched
-}
-
-/// Whether the strategy is two-level: it counts tenants while some tenant
-/// splits itself over keys, so within a tenant the keys take turns.
-fn turns_keys(population: &crate::scenario::Population, strategy: &Strategy) -> bool {
-    population.keys() != population.tenants()
-        && strategy.fair_by == Some(crate::scenario::FairBy::Tenant)
 }
 
 /// What a real-clock lab measures around its runs, and the runtime they use.
@@ -278,14 +256,13 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
         );
     }
     let population = s.population();
-    if population.keys() != population.tenants() {
-        anyhow::bail!(
-            "tenants split over API keys (keys = K) are not carried by the Redis backend yet"
-        );
-    }
     for (i, strategy) in s.strategy.iter().enumerate() {
-        if let Some(why) = redis::unsupported(i, strategy) {
-            anyhow::bail!(why);
+        if population.turns_keys(strategy) {
+            anyhow::bail!(
+                "strategy[{i}] ({:?}): fair_by = \"tenant\" over tenants split into API keys (keys \
+                 within a tenant's turn) is not carried by the Redis backend yet; fair_by = \"key\" is",
+                strategy.name
+            );
         }
         if limits::traffic_plan(s, strategy).is_some() {
             anyhow::bail!(

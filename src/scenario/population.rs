@@ -176,6 +176,32 @@ impl Population {
         }
     }
 
+    /// Whether the strategy's scheduler sees API keys rather than tenants:
+    /// where some tenant splits itself and the strategy counts keys.
+    pub fn by_key(&self, strategy: &super::Strategy) -> bool {
+        self.keys() != self.tenants() && strategy.fair_by != Some(super::FairBy::Tenant)
+    }
+
+    /// Whether the strategy is two-level: it counts tenants while some
+    /// tenant splits itself over keys, so within a tenant the keys take
+    /// turns.
+    pub fn turns_keys(&self, strategy: &super::Strategy) -> bool {
+        self.keys() != self.tenants() && strategy.fair_by == Some(super::FairBy::Tenant)
+    }
+
+    /// The weight of each queue the strategy's scheduler sees (tenants, or
+    /// keys with their tenant's weight: [`Population::by_key`]).
+    pub fn queue_weights(&self, strategy: &super::Strategy) -> Vec<f64> {
+        let weights = self.weights_for(strategy);
+        if !self.by_key(strategy) {
+            return weights;
+        }
+        self.key_owner()
+            .iter()
+            .map(|&t| weights[t as usize])
+            .collect()
+    }
+
     /// Each tenant's weight.
     pub fn weights(&self) -> Vec<f64> {
         self.class_of

@@ -271,12 +271,20 @@ fn redis_plan(target: Target, processes: Option<u32>) -> RedisPlan {
     }
 }
 
-/// From the server's stamps: each tenant's jobs start in its order, no
-/// tenant runs more than its cap at once, never more jobs run than workers;
-/// every job either ran or was refused by the limit, once.
+/// From the server's stamps: each queue's jobs (a tenant's, or a key's
+/// where the strategy counts keys) start in its order, no queue runs more
+/// than its cap at once, never more jobs run than workers; every job either
+/// ran or was refused by the limit, once.
 fn check_stamps(s: &Scenario, strategy: &Def, jobs: &[JobRecord]) {
+    let population = s.population();
+    let by_key = population.by_key(strategy);
+    let queues = if by_key {
+        population.keys()
+    } else {
+        population.tenants()
+    };
     let mut events = Vec::new();
-    let mut last_start = vec![0u64; s.population().tenants()];
+    let mut last_start = vec![0u64; queues];
     for j in jobs {
         assert_ne!(
             j.enqueued, NEVER,
@@ -290,24 +298,25 @@ fn check_stamps(s: &Scenario, strategy: &Def, jobs: &[JobRecord]) {
                     j.finished - j.started >= j.duration,
                     "held its duration: {j:?}"
                 );
-                let t = j.tenant as usize;
-                assert!(j.started >= last_start[t], "tenant {t}'s own order");
+                let q = j.queue(by_key);
+                let t = q as usize;
+                assert!(j.started >= last_start[t], "queue {t}'s own order");
                 last_start[t] = j.started;
-                events.push((j.started, 1i32, j.tenant));
-                events.push((j.finished, -1, j.tenant));
+                events.push((j.started, 1i32, q));
+                events.push((j.finished, -1, q));
             }
             Fate::Refused(_) => assert!(strategy.limit.is_some(), "{j:?}"),
             other => panic!("{}: a job ended {other:?}: {j:?}", strategy.name),
         }
     }
     events.sort();
-    let (mut busy, mut per) = (0, vec![0i32; s.population().tenants()]);
+    let (mut busy, mut per) = (0, vec![0i32; queues]);
     let cap = strategy.cap.map_or(i32::MAX, |c| c as i32);
     for (_, d, t) in events {
         busy += d;
         per[t as usize] += d;
         assert!(busy <= s.workers as i32, "more jobs running than workers");
-        assert!(per[t as usize] <= cap, "tenant {t} over its cap of {cap}");
+        assert!(per[t as usize] <= cap, "queue {t} over its cap of {cap}");
     }
 }
 
@@ -333,27 +342,46 @@ fn a_lab_on_redis_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
         weights: Vec::new(),
         costs: Vec::new(),
     }));
+    // The noisy tenant split over 8 API keys, each a queue of its own: a
+    // fair queue over keys with a cap of 1 a key.
+    let keyed = std::fs::read_to_string("lab/smoke.toml")
+        .unwrap()
+        .replace("jobs = 40", "jobs = 40\nkeys = 8")
+        + "\n[[strategy]]\nname = \"Fair over keys, cap 1\"\nqueue = \"fair\"\nfair_by = \"key\"\ncap = 1\n";
+    let keyed = Scenario::parse(Path::new("keyed.toml"), &keyed).unwrap();
     let mut backend = RedisBackend::start(&redis_plan(Target::Own, Some(2)), s.workers).unwrap();
     let never = AtomicBool::new(false);
-    for def in &s.strategy {
-        let pool = lab::pool_for(&s, def);
-        let plan = noisylab::engine::load::plan(&s, s.seed);
+    let labs = [&s, &keyed];
+    for (s, def) in labs
+        .iter()
+        .flat_map(|s| s.strategy.iter().map(move |d| (*s, d)))
+    {
+        let pool = lab::pool_for(s, def);
+        let plan = noisylab::engine::load::plan(s, s.seed);
         let input = RunInput {
-            scenario: &s,
+            scenario: s,
             strategy: def,
             pool: &pool,
-            sched: lab::scheduler(&s, def, &plan),
+            sched: lab::scheduler(s, def, &plan),
             plan,
             seed: s.seed,
         };
         let record = backend.run(input, &never).unwrap();
-        check_stamps(&s, def, &record.jobs);
-        let run = lab::summary::run(&s, def, &pool, s.seed, &record.jobs, &record.stats, false);
-        let tally = common::check_outcomes(&s, def, &record.jobs, &run.figures);
+        check_stamps(s, def, &record.jobs);
+        let run = lab::summary::run(s, def, &pool, s.seed, &record.jobs, &record.stats, false);
+        let tally = common::check_outcomes(s, def, &record.jobs, &run.figures);
         assert_eq!(tally.unique_jobs, record.jobs.len() as u64);
         assert_eq!(tally.completed + tally.rejected, tally.unique_jobs);
         if def.limit.is_some() {
             assert!(tally.rejected > 0, "the limit of 5 refuses some of 40");
+        }
+        if def.fair_by.is_some() {
+            // Its keys ran side by side, one each: the server saw the keys.
+            assert!(
+                most_at_once(&record.jobs) > 1,
+                "{}: keys as queues",
+                def.name
+            );
         }
         let q = record.queue.expect("a queue block");
         assert!(q.take_rtt_us.p50 > 0.0 && q.calls_per_job >= 1.0, "{q:?}");
@@ -361,6 +389,24 @@ fn a_lab_on_redis_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
     let pid = backend.own_server_pid().unwrap();
     drop(backend);
     assert!(!alive(pid), "the server stops with its lab");
+}
+
+/// The most jobs of one tenant that ran at once, by the stamps.
+fn most_at_once(jobs: &[JobRecord]) -> i32 {
+    let mut events: Vec<(u64, i32, u32)> = jobs
+        .iter()
+        .filter(|j| j.fate == Fate::Ran)
+        .flat_map(|j| [(j.started, 1, j.tenant), (j.finished, -1, j.tenant)])
+        .collect();
+    events.sort();
+    let mut per = std::collections::HashMap::<u32, i32>::new();
+    let mut most = 0;
+    for (_, d, t) in events {
+        let n = per.entry(t).or_default();
+        *n += d;
+        most = most.max(*n);
+    }
+    most
 }
 
 fn alive(pid: u32) -> bool {

@@ -25,7 +25,7 @@ use crate::engine::clock::sleep_until_blocking;
 use crate::engine::traffic::Refusal;
 use crate::engine::{Fate, JobRecord, NEVER, Nanos, stats_from_records};
 use crate::results::{BackendFacts, QueueFigures};
-use crate::scenario::{Queue, Strategy};
+use crate::scenario::Queue;
 use crate::stats::{decode_histogram, new_histogram, percentiles, record};
 use server::OwnedServer;
 
@@ -61,18 +61,6 @@ pub struct RedisPlan {
     /// The `noisylab` binary the worker processes run (`None`: this one;
     /// tests give the binary Cargo built).
     pub worker_exe: Option<std::path::PathBuf>,
-}
-
-/// Why the Redis functions cannot run this strategy, in one line; `None`
-/// when they can. They carry `fifo`, `fair` and `vtc` (weights and costs
-/// too), `cap`, `limit` and `reserve`.
-pub fn unsupported(index: usize, strategy: &Strategy) -> Option<String> {
-    strategy.fair_by.is_some().then(|| {
-        format!(
-            "strategy[{index}] ({:?}): fair_by is not carried by the Redis backend yet",
-            strategy.name
-        )
-    })
 }
 
 /// The functions' name for a discipline.
@@ -244,7 +232,7 @@ impl RedisBackend {
             .arg(opt(s.limit))
             .arg(opt(s.reserve));
         if s.queue == Queue::Vtc {
-            let weights = input.scenario.population().weights_for(s);
+            let weights = input.scenario.population().queue_weights(s);
             for (t, w) in weights.iter().enumerate().filter(|(_, w)| **w != 1.0) {
                 setup.arg(t).arg(w.to_string());
             }
@@ -348,7 +336,7 @@ impl RedisBackend {
                     .arg(0)
                     .arg(p)
                     .arg(id)
-                    .arg(j.tenant);
+                    .arg(j.queue(input.pool.by_key));
                 if let Some(costs) = costs {
                     call.arg(&costs[id]);
                 }
