@@ -682,3 +682,61 @@ fn ctrl_c_on_redis_leaves_no_server_behind() {
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(!alive(own[0]), "no server left: {stderr}");
 }
+
+#[test]
+fn workers_started_elsewhere_join_a_lab_and_run_it() {
+    use std::io::BufRead;
+    let _turn = one_at_a_time();
+    let Some(server) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let smoke = std::fs::canonicalize("lab/smoke.toml").unwrap();
+    let mut lab = Command::new(NOISYLAB)
+        .args(["run", smoke.to_str().unwrap(), "--backend", &server.url])
+        .args(["--processes", "0", "-q", "--out", "."])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ctrl_c = Interrupt(lab.id());
+    // The coordinator says how to join, in one line.
+    let mut lines = std::io::BufReader::new(lab.stderr.take().unwrap()).lines();
+    let line = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("workers to join"))
+        .expect("a line saying how to join");
+    let id = line
+        .split("--run ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no lab id in {line:?}"));
+    // Two processes of 2 workers each, as a second machine would start them.
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(NOISYLAB)
+                .args(["worker", "--backend", &server.url, "--run", id])
+                .args(["--workers", "2"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = lab.wait().unwrap();
+    std::mem::forget(ctrl_c); // the lab has ended
+    assert_eq!(status.code(), Some(0), "{}", rest.join("\n"));
+    for mut w in workers {
+        // The coordinator tells its workers to quit when it ends.
+        assert!(w.wait().unwrap().success(), "a worker exits cleanly");
+    }
+    let file = std::fs::read_dir(dir.path().join("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    assert_eq!(v["backend"]["processes"], 0, "workers from elsewhere");
+    assert_eq!(v["strategies"].as_array().unwrap().len(), 2);
+}
