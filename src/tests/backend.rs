@@ -638,6 +638,23 @@ fn a_worker_process_that_exits_is_named_and_the_run_stops() {
     );
 }
 
+/// A quiet lab (`args`, then `-q --out .`) in `dir`, its stderr piped,
+/// with the guard that interrupts it: should an assertion fail first, the
+/// lab is still interrupted (and so stops its server) rather than left
+/// running.
+fn spawn_lab(dir: &Path, args: &[&str]) -> (std::process::Child, Interrupt) {
+    let child = Command::new(NOISYLAB)
+        .args(args)
+        .args(["-q", "--out", "."])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let guard = Interrupt(child.id());
+    (child, guard)
+}
+
 /// Ctrl-C to the test's own child when dropped, a failed assertion's
 /// unwinding too.
 struct Interrupt(u32);
@@ -656,17 +673,8 @@ fn ctrl_c_on_redis_leaves_no_server_behind() {
     drop(_gate);
     let dir = tempfile::tempdir().unwrap();
     let article = std::fs::canonicalize("lab/article.toml").unwrap();
-    let child = Command::new(NOISYLAB)
-        .args(["run", article.to_str().unwrap(), "--backend", "redis", "-q"])
-        .args(["--out", "."])
-        .current_dir(dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Should an assertion fail first, the lab is still interrupted (and so
-    // stops its server) rather than left running.
-    let ctrl_c = Interrupt(child.id());
+    let article = article.to_str().unwrap();
+    let (child, ctrl_c) = spawn_lab(dir.path(), &["run", article, "--backend", "redis"]);
     // The lab's own server: a redis-server whose parent is the lab.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut own = Vec::new();
@@ -690,15 +698,9 @@ fn workers_started_elsewhere_join_a_lab_and_run_it() {
     let Some(server) = server() else { return };
     let dir = tempfile::tempdir().unwrap();
     let smoke = std::fs::canonicalize("lab/smoke.toml").unwrap();
-    let mut lab = Command::new(NOISYLAB)
-        .args(["run", smoke.to_str().unwrap(), "--backend", &server.url])
-        .args(["--processes", "0", "-q", "--out", "."])
-        .current_dir(dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ctrl_c = Interrupt(lab.id());
+    let smoke = smoke.to_str().unwrap();
+    let args = ["run", smoke, "--backend", &server.url, "--processes", "0"];
+    let (mut lab, ctrl_c) = spawn_lab(dir.path(), &args);
     // The coordinator says how to join, in one line.
     let mut lines = std::io::BufReader::new(lab.stderr.take().unwrap()).lines();
     let line = lines
