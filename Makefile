@@ -33,6 +33,7 @@ test:
 	@command -v redis-server > /dev/null || echo "make test: redis-server is not on PATH: the Redis backend's tests pass without running (apt-get install redis-server to run them)"
 	$(CARGO) fmt --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --locked
 	$(CARGO) test --locked --all-targets
 
 # Scheduler cost by tenant count (ours beside the naive scans), the virtual

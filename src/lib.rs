@@ -5,7 +5,7 @@
 //! of its strategies on the [`engine`] (load generator, worker pool, the two
 //! clocks) with a queue discipline from [`sched`]; the figures land in one
 //! [`results`] type, which [`store`] saves and reads back, [`validate`]
-//! judges against the post's [`reference`] figures, and [`report`] prints in
+//! judges against the post's [`reference`](mod@reference) figures, and [`report`] prints in
 //! every format. [`cli`] parses options into typed plans and dispatches.
 //!
 //! # Layout

@@ -1,6 +1,6 @@
 //! The command line: clap options, each turned into a typed plan, then
-//! dispatched to one function per command ([`commands`]). Ctrl-C handling
-//! lives in [`interrupt`].
+//! dispatched to one function per command (`commands`). Ctrl-C handling
+//! lives in `interrupt`.
 //!
 //! Exit codes: 0 done; 1 `validate` found a failing check; 2 bad input (the
 //! message names the file, key and what is allowed); 130 interrupted by
@@ -48,7 +48,9 @@ pub enum Command {
     Report(ReportOpts),
     /// Several results files side by side with the post's figures.
     Compare(CompareOpts),
-    /// Check a results file against the post's figures and claims (exit 1 if one fails).
+    /// Judge a results file: against the model on the same seeds (the verdict:
+    /// exit 1 if a figure is outside its tolerance), then against the post's
+    /// figures and claims.
     Validate(ValidateOpts),
     /// Measure this machine's timer overshoot and dispatch floor.
     Calibrate(CalibrateOpts),

@@ -64,7 +64,8 @@ impl Clock for VirtualClock {
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Timer {
-    /// tokio's timer to within [`PRECISE_MARGIN`], then spin to the instant.
+    /// tokio's timer to within 3 ms of the instant (more where calibration
+    /// measured tokio later), then spin to it.
     #[default]
     Precise,
     /// tokio's timer alone: whole milliseconds, rounded up.

@@ -1,7 +1,7 @@
 //! The lab: every strategy of a scenario, `runs` times each, on one clock.
 //!
 //! - [`run`] drives the strategies and their runs; each run is one
-//!   [`run_once`] on the virtual clock or, inside a [`RealContext`], on the
+//!   `run_once` on the virtual clock or, inside a [`RealContext`], on the
 //!   real one. The context gathers what only a real-clock lab records (the
 //!   calibration before it, its start time, wall time and peak memory).
 //! - [`summary`] turns a run's job records into its figures, and a

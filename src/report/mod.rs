@@ -9,7 +9,7 @@
 //! - [`readme`] and [`plot`]: `reports/README.md` and its SVG charts.
 //! - [`validation`] and [`calibration`]: what `validate` and `calibrate`
 //!   found, as tables.
-//! - [`format`]: a figure with its runs' spread, a results file's header line.
+//! - [`format`](mod@format): a figure with its runs' spread, a results file's header line.
 
 pub mod bands;
 pub mod calibration;
