@@ -272,16 +272,11 @@ pub struct RunOpts {
 /// `--backend`'s value.
 fn parse_backend(text: &str) -> Result<QueueBackend, String> {
     use crate::backend::redis::{RedisPlan, Target};
-    let target = match text {
-        "in-process" => return Ok(QueueBackend::InProcess),
-        "redis" => Target::Own,
-        url if url.starts_with("redis://") => Target::Url(url.to_string()),
-        other => {
-            return Err(format!(
-                "unknown backend {other:?}: allowed: {}",
-                crate::scenario::BACKENDS_ALLOWED
-            ));
-        }
+    use crate::scenario::BackendUrl;
+    let target = match BackendUrl::parse(text)? {
+        BackendUrl::InProcess => return Ok(QueueBackend::InProcess),
+        BackendUrl::OwnRedis => Target::Own,
+        BackendUrl::Redis(url) => Target::Url(url.to_string()),
     };
     Ok(QueueBackend::Redis(RedisPlan {
         target,
@@ -326,7 +321,7 @@ impl RunOpts {
         // The command line's backend, else the scenario's (checked when it
         // was loaded; the virtual clock, the model, runs in this process
         // whatever the scenario says), else this process.
-        let (mut backend, mut processes) = match (&self.backend, &scenario.backend) {
+        let (mut backend, in_scenario) = match (&self.backend, &scenario.backend) {
             (Some(b), _) => (b.clone(), None),
             (None, Some(spec)) if self.clock == ClockKind::Real => (
                 parse_backend(&spec.url).map_err(anyhow::Error::msg)?,
@@ -334,8 +329,7 @@ impl RunOpts {
             ),
             (None, _) => (QueueBackend::InProcess, None),
         };
-        processes = self.processes.or(processes);
-        match (&mut backend, processes) {
+        match (&mut backend, self.processes.or(in_scenario)) {
             (QueueBackend::Redis(r), processes) => r.processes = processes,
             (QueueBackend::InProcess, Some(_)) => {
                 anyhow::bail!("--processes goes with a Redis backend (--backend redis)")

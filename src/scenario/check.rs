@@ -450,18 +450,8 @@ impl Scenario {
 
 /// `[backend]`: a backend noisylab knows, and processes only for Redis.
 fn check_backend(b: &BackendSpec) -> Result<(), Failure> {
-    let redis = b.url == "redis" || b.url.starts_with("redis://");
-    if !redis && b.url != "in-process" {
-        return fail(
-            "backend.url",
-            format!(
-                "unknown backend {:?}; allowed: {}",
-                b.url,
-                super::BACKENDS_ALLOWED
-            ),
-        );
-    }
-    if !redis && b.processes.is_some() {
+    let url = super::BackendUrl::parse(&b.url).map_err(|e| ("backend.url".to_string(), e))?;
+    if url == super::BackendUrl::InProcess && b.processes.is_some() {
         return fail(
             "backend.processes",
             "goes with a Redis backend (url = \"redis\" or \"redis://…\")".into(),

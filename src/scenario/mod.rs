@@ -94,6 +94,30 @@ pub struct BackendSpec {
 /// The backends `[backend] url` and `--backend` take.
 pub const BACKENDS_ALLOWED: &str = "in-process, redis, redis://HOST:PORT[/DB]";
 
+/// A backend's name or URL, as `[backend] url` and `--backend` take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendUrl<'a> {
+    InProcess,
+    /// A Redis server the lab starts (`redis`).
+    OwnRedis,
+    /// `redis://HOST:PORT[/DB]`.
+    Redis(&'a str),
+}
+
+impl<'a> BackendUrl<'a> {
+    /// The backend `text` names, or the one-line reason it names none.
+    pub fn parse(text: &'a str) -> Result<BackendUrl<'a>, String> {
+        match text {
+            "in-process" => Ok(BackendUrl::InProcess),
+            "redis" => Ok(BackendUrl::OwnRedis),
+            url if url.starts_with("redis://") => Ok(BackendUrl::Redis(url)),
+            other => Err(format!(
+                "unknown backend {other:?}; allowed: {BACKENDS_ALLOWED}"
+            )),
+        }
+    }
+}
+
 /// The well-behaved tenants.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

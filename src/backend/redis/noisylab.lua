@@ -50,8 +50,9 @@
 --   P.."done", P.."end": finishes counted; a token once `expect` is reached
 --
 -- Cost. fair: O(1) a call; fifo, vtc, a cap with lending: O(log tenants)
--- (a few sorted-set operations); never a scan over tenants or jobs. Keys are built
--- from the prefix rather than passed in KEYS: for one server, not a cluster.
+-- (a few sorted-set operations); never a scan over tenants or jobs. Keys
+-- are built from the prefix rather than passed in KEYS: for one server, not
+-- a cluster.
 --
 -- The same rules as noisylab's in-process schedulers (src/sched/), which
 -- the tests hold these functions to, job for job.
