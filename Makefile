@@ -2,7 +2,7 @@
 CARGO ?= cargo
 BIN := target/release/noisylab
 
-.PHONY: lab lab-redis test build report bench calibrate bands
+.PHONY: lab lab-redis lab-postgres test build report bench calibrate bands
 
 build:
 	$(CARGO) build --release --locked
@@ -25,12 +25,22 @@ lab-redis: build
 	$(BIN) report > /dev/null
 	$(BIN) validate
 
+# The article lab on PostgreSQL: a cluster the lab makes in a temp folder
+# and starts on a free loopback port (fsync on), the workers in 4
+# processes; then the report and the verdict. Needs PostgreSQL's initdb
+# and postgres (Debian: apt-get install postgresql).
+lab-postgres: build
+	$(BIN) run lab/article.toml --backend postgres
+	$(BIN) report > /dev/null
+	$(BIN) validate
+
 # Regenerate reports/README.md and reports/plots/ from the saved results alone.
 report: build
 	$(BIN) report
 
 test:
 	@command -v redis-server > /dev/null || echo "make test: redis-server is not on PATH: the Redis backend's tests pass without running (apt-get install redis-server to run them)"
+	@command -v initdb > /dev/null || ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1 || echo "make test: PostgreSQL's initdb is not on PATH nor under /usr/lib/postgresql: the PostgreSQL backend's tests pass without running (apt-get install postgresql to run them)"
 	$(CARGO) fmt --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --locked

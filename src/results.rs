@@ -80,14 +80,21 @@ pub struct QueueFigures {
     /// A submit's round trip in microseconds (a burst pipelined counts as
     /// one round trip for all its jobs).
     pub submit_rtt_us: Percentiles,
-    /// The server's time per scheduling call (`FCALL`), microseconds.
-    pub server_us_per_call: f64,
-    /// The server's CPU time during the run, seconds.
-    pub server_cpu_s: f64,
-    /// Clients' calls (functions and blocking pops) per job planned.
+    /// The server's time per scheduling call (Redis: `FCALL`; PostgreSQL:
+    /// a function's statement, from `pg_stat_statements`), microseconds;
+    /// `None` where the server does not say.
+    pub server_us_per_call: Option<f64>,
+    /// The server's CPU time during the run, seconds (`None`: a server the
+    /// lab did not start, on PostgreSQL).
+    pub server_cpu_s: Option<f64>,
+    /// Clients' calls (Redis: functions and blocking pops; PostgreSQL:
+    /// statements) per job planned.
     pub calls_per_job: f64,
-    /// Bytes in and out of the server per job planned.
-    pub bytes_per_job: f64,
+    /// Bytes in and out of the server per job planned (Redis).
+    pub bytes_per_job: Option<f64>,
+    /// Write-ahead log bytes per job planned (PostgreSQL).
+    #[serde(default)]
+    pub wal_bytes_per_job: Option<f64>,
 }
 
 /// The facts of a real-clock lab that a virtual one has no use for.

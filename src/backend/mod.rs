@@ -8,10 +8,17 @@
 //! - [`InProcess`]: the engine's own event loop and schedulers (`sched`), in
 //!   this process: on the virtual clock (the model) or on real timers. The
 //!   reference every other backend is tested against.
-//! - [`redis`]: the same disciplines as functions inside a Redis server,
-//!   workers in separate processes, every instant from the server's clock.
+//! - [`coordinator`]: a lab on a queue server, workers in separate
+//!   processes, every instant from the server's clock; the server's side
+//!   in one trait ([`coordinator::Wire`]), implemented by
+//! - [`redis`]: the disciplines as functions inside a Redis server, and
+//! - [`postgres`]: the disciplines as SQL functions over a job table;
+//! - [`worker`]: the worker processes' loop, the same on every server.
 
+pub mod coordinator;
+pub mod postgres;
 pub mod redis;
+pub mod worker;
 
 use std::sync::atomic::AtomicBool;
 
@@ -27,8 +34,61 @@ pub enum QueueBackend {
     /// The engine's own schedulers, in this process.
     #[default]
     InProcess,
-    /// Functions inside a Redis server, workers in their own processes.
-    Redis(redis::RedisPlan),
+    /// A queue server (Redis, PostgreSQL), workers in their own processes.
+    Server(ServerPlan),
+}
+
+/// Which queue server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    Redis,
+    Postgres,
+}
+
+impl ServerKind {
+    /// As the command line and the results file name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerKind::Redis => "redis",
+            ServerKind::Postgres => "postgres",
+        }
+    }
+}
+
+/// Which server of that kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Start one of the lab's own (`--backend redis`, `--backend postgres`).
+    Own,
+    /// Use this one (`--backend redis://HOST:PORT[/DB]`, `postgres://…`).
+    Url(String),
+}
+
+/// A lab on a queue server, as the command line asks for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerPlan {
+    pub server: ServerKind,
+    pub target: Target,
+    /// Worker processes to start (`None`: enough that none runs more than
+    /// [`coordinator::WORKERS_PER_PROCESS`] workers, at least 2; 0: workers
+    /// join from elsewhere).
+    pub processes: Option<u32>,
+    /// The `noisylab` binary the worker processes run (`None`: this one;
+    /// tests give the binary Cargo built).
+    pub worker_exe: Option<std::path::PathBuf>,
+    /// PostgreSQL of the lab's own: `fsync` on (the default) or off.
+    pub fsync: bool,
+}
+
+impl ServerPlan {
+    /// Start (or reach) the server, start the worker processes for a pool
+    /// of `workers`, and wait until they have joined.
+    pub fn open(&self, workers: u32) -> anyhow::Result<Box<dyn Backend>> {
+        Ok(match self.server {
+            ServerKind::Redis => Box::new(redis::start(self, workers)?),
+            ServerKind::Postgres => Box::new(postgres::start(self, workers)?),
+        })
+    }
 }
 
 /// What one run is given: the scenario and strategy, the pool, the seeded

@@ -254,17 +254,33 @@ pub fn calibrate(opts: &CalibrateOpts) -> Result<i32> {
     Ok(EXIT_OK)
 }
 
-/// `noisylab scripts redis`: the function library, as loaded into the server.
+/// `noisylab scripts redis|postgres`: the function library or the schema,
+/// as loaded into the server.
 pub fn scripts(opts: &ScriptsOpts) -> Result<i32> {
     match opts.backend {
         ScriptsBackend::Redis => print!("{}", crate::backend::redis::LIBRARY),
+        ScriptsBackend::Postgres => print!("{}", crate::backend::postgres::SCHEMA),
     }
     Ok(EXIT_OK)
 }
 
-/// `noisylab worker`: serve a lab on Redis until its coordinator says quit.
+/// `noisylab worker`: serve a lab on a queue server until its coordinator
+/// says quit.
 pub fn worker(opts: &WorkerOpts) -> Result<i32> {
-    let lab = format!("noisylab:{}:", opts.run);
-    crate::backend::redis::worker::serve(&opts.backend, &lab, opts.workers)?;
+    use crate::scenario::BackendUrl;
+    match BackendUrl::parse(&opts.backend).map_err(anyhow::Error::msg)? {
+        BackendUrl::Redis(url) => {
+            let lab = format!("noisylab:{}:", opts.run);
+            crate::backend::redis::worker::serve(url, &lab, opts.workers)?;
+        }
+        BackendUrl::Postgres(url) => {
+            crate::backend::postgres::worker::serve(url, &opts.run, opts.workers)?;
+        }
+        _ => anyhow::bail!(
+            "--backend {:?}: a worker joins a server by URL (redis://HOST:PORT[/DB] or \
+             postgres://USER@HOST:PORT/DB)",
+            opts.backend
+        ),
+    }
     Ok(EXIT_OK)
 }

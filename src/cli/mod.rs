@@ -61,17 +61,17 @@ pub enum Command {
     /// (`noisylab scenario article > my.toml`).
     Scenario(ScenarioOpts),
     /// Print a backend's scheduling code, explained, to paste into your own
-    /// stack (`noisylab scripts redis > noisylab.lua`).
+    /// stack (`noisylab scripts redis > noisylab.lua`, `noisylab scripts
+    /// postgres > noisylab.sql`).
     Scripts(ScriptsOpts),
-    /// Join a lab on a Redis server as worker processes' threads, from this
-    /// machine or another (`run --backend redis://… --processes 0` waits
-    /// for them).
+    /// Join a lab on a queue server as worker threads, from this machine or
+    /// another (`run --backend redis://… --processes 0` waits for them).
     Worker(WorkerOpts),
 }
 
 #[derive(Debug, Args)]
 pub struct ScriptsOpts {
-    /// Which backend: redis.
+    /// Which backend: redis or postgres.
     #[arg(value_enum)]
     pub backend: ScriptsBackend,
 }
@@ -79,11 +79,13 @@ pub struct ScriptsOpts {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ScriptsBackend {
     Redis,
+    Postgres,
 }
 
 #[derive(Debug, Args)]
 pub struct WorkerOpts {
-    /// The lab's Redis server, `redis://HOST:PORT[/DB]`.
+    /// The lab's server: `redis://HOST:PORT[/DB]` or
+    /// `postgres://USER@HOST:PORT/DB`.
     #[arg(long)]
     pub backend: String,
     /// The lab's id, as the coordinator prints it.
@@ -256,13 +258,15 @@ pub struct RunOpts {
     #[arg(long, short)]
     pub quiet: bool,
     /// Where the queue lives: `in-process` (this process's engine),
-    /// `redis` (a Redis server the lab starts and stops), or
+    /// `redis` (a Redis server the lab starts and stops),
     /// `redis://HOST:PORT[/DB]` (an existing server; the lab's keys are
-    /// deleted at the end). Real clock only. [default: the scenario's
+    /// deleted at the end), `postgres` (a PostgreSQL cluster the lab makes,
+    /// starts and stops) or `postgres://USER@HOST:PORT/DB` (an existing
+    /// database; the lab's schema is dropped at the end). Real clock only. [default: the scenario's
     /// `[backend]`, else in-process]
     #[arg(long, value_parser = parse_backend)]
     pub backend: Option<QueueBackend>,
-    /// With a Redis backend: worker processes sharing the pool's workers
+    /// With a queue server: worker processes sharing the pool's workers
     /// [default: enough that none runs more than 5 workers, at least 2];
     /// 0 waits for `noisylab worker` processes started elsewhere.
     #[arg(long)]
@@ -271,17 +275,21 @@ pub struct RunOpts {
 
 /// `--backend`'s value.
 fn parse_backend(text: &str) -> Result<QueueBackend, String> {
-    use crate::backend::redis::{RedisPlan, Target};
+    use crate::backend::{ServerKind, ServerPlan, Target};
     use crate::scenario::BackendUrl;
-    let target = match BackendUrl::parse(text)? {
+    let (server, target) = match BackendUrl::parse(text)? {
         BackendUrl::InProcess => return Ok(QueueBackend::InProcess),
-        BackendUrl::OwnRedis => Target::Own,
-        BackendUrl::Redis(url) => Target::Url(url.to_string()),
+        BackendUrl::OwnRedis => (ServerKind::Redis, Target::Own),
+        BackendUrl::Redis(url) => (ServerKind::Redis, Target::Url(url.to_string())),
+        BackendUrl::OwnPostgres => (ServerKind::Postgres, Target::Own),
+        BackendUrl::Postgres(url) => (ServerKind::Postgres, Target::Url(url.to_string())),
     };
-    Ok(QueueBackend::Redis(RedisPlan {
+    Ok(QueueBackend::Server(ServerPlan {
+        server,
         target,
         processes: None,
         worker_exe: None,
+        fsync: true,
     }))
 }
 
@@ -325,15 +333,19 @@ impl RunOpts {
             (Some(b), _) => (b.clone(), None),
             (None, Some(spec)) if self.clock == ClockKind::Real => (
                 parse_backend(&spec.url).map_err(anyhow::Error::msg)?,
-                spec.processes,
+                Some(spec),
             ),
             (None, _) => (QueueBackend::InProcess, None),
         };
-        match (&mut backend, self.processes.or(in_scenario)) {
-            (QueueBackend::Redis(r), processes) => r.processes = processes,
-            (QueueBackend::InProcess, Some(_)) => {
-                anyhow::bail!("--processes goes with a Redis backend (--backend redis)")
+        let processes = self.processes.or(in_scenario.and_then(|s| s.processes));
+        match (&mut backend, processes) {
+            (QueueBackend::Server(r), processes) => {
+                r.processes = processes;
+                r.fsync = in_scenario.and_then(|s| s.fsync).unwrap_or(true);
             }
+            (QueueBackend::InProcess, Some(_)) => anyhow::bail!(
+                "--processes goes with a queue server (--backend redis or --backend postgres)"
+            ),
             (QueueBackend::InProcess, None) => {}
         }
         let save_to = match (self.clock, &self.out) {

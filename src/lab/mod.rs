@@ -20,8 +20,9 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::backend::redis::RedisBackend;
-use crate::backend::{Backend, InProcess, QueueBackend, RunError, RunInput, block_on_ready};
+use crate::backend::{
+    Backend, InProcess, QueueBackend, RunError, RunInput, ServerKind, block_on_ready,
+};
 use crate::calibrate::{self, CalibratePlan};
 use crate::engine::{self, JobRecord, Pool, RunStats, Timer, VirtualClock, load};
 use crate::machine::Machine;
@@ -246,13 +247,17 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
 
 /// One line, before anything starts, for a lab its backend cannot run.
 fn check_backend(plan: &LabPlan) -> Result<()> {
-    let QueueBackend::Redis(_) = &plan.backend else {
+    let QueueBackend::Server(server) = &plan.backend else {
         return Ok(());
+    };
+    let (kind, name) = match server.server {
+        ServerKind::Redis => ("redis", "Redis"),
+        ServerKind::Postgres => ("postgres", "PostgreSQL"),
     };
     let s = &plan.scenario;
     if plan.clock == ClockKind::Virtual {
         anyhow::bail!(
-            "--backend redis runs on real timers only: drop --clock virtual (the virtual clock is the model)"
+            "--backend {kind} runs on real timers only: drop --clock virtual (the virtual clock is the model)"
         );
     }
     let population = s.population();
@@ -260,14 +265,14 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
         if population.turns_keys(strategy) {
             anyhow::bail!(
                 "strategy[{i}] ({:?}): fair_by = \"tenant\" over tenants split into API keys (keys \
-                 within a tenant's turn) is not carried by the Redis backend yet; fair_by = \"key\" is",
+                 within a tenant's turn) is not carried by the {name} backend yet; fair_by = \"key\" is",
                 strategy.name
             );
         }
         if limits::traffic_plan(s, strategy).is_some() {
             anyhow::bail!(
                 "strategy[{i}] ({:?}): rate limits, budgets, the provider's limits, retrying clients \
-                 and fixed retry-afters are not carried by the Redis backend yet",
+                 and fixed retry-afters are not carried by the {name} backend yet",
                 strategy.name
             );
         }
@@ -280,9 +285,7 @@ fn open_backend(plan: &LabPlan, real: Option<&RealContext>) -> Result<Box<dyn Ba
     Ok(match (&plan.backend, real) {
         (_, None) => Box::new(InProcess::Virtual),
         (QueueBackend::InProcess, Some(r)) => Box::new(InProcess::real(plan.timer, r.margin())?),
-        (QueueBackend::Redis(redis), Some(_)) => {
-            Box::new(RedisBackend::start(redis, plan.scenario.workers)?)
-        }
+        (QueueBackend::Server(server), Some(_)) => server.open(plan.scenario.workers)?,
     })
 }
 

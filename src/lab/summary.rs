@@ -448,14 +448,20 @@ fn combine_queue(runs: &[&Figures], pick: Pick) -> Option<QueueFigures> {
         return None;
     }
     let f = |get: &dyn Fn(&QueueFigures) -> f64| pick_all(qs.iter().map(|q| get(q)), pick);
+    // A figure the server gave in every run, else none.
+    let opt = |get: &dyn Fn(&QueueFigures) -> Option<f64>| {
+        let all: Option<Vec<f64>> = qs.iter().map(|q| get(q)).collect();
+        all.map(|v| pick_all(v.into_iter(), pick))
+    };
     Some(QueueFigures {
         take_rtt_us: pick_percentiles(qs.iter().map(|q| &q.take_rtt_us), pick),
         hold_overshoot_us: pick_percentiles(qs.iter().map(|q| &q.hold_overshoot_us), pick),
         submit_rtt_us: pick_percentiles(qs.iter().map(|q| &q.submit_rtt_us), pick),
-        server_us_per_call: f(&|q| q.server_us_per_call),
-        server_cpu_s: f(&|q| q.server_cpu_s),
+        server_us_per_call: opt(&|q| q.server_us_per_call),
+        server_cpu_s: opt(&|q| q.server_cpu_s),
         calls_per_job: f(&|q| q.calls_per_job),
-        bytes_per_job: f(&|q| q.bytes_per_job),
+        bytes_per_job: opt(&|q| q.bytes_per_job),
+        wal_bytes_per_job: opt(&|q| q.wal_bytes_per_job),
     })
 }
 

@@ -92,6 +92,7 @@ pub fn queue_table(results: &LabResults, style: TableStyle) -> Option<Table> {
         "Server CPU",
         "Calls a job",
         "Bytes a job",
+        "WAL a job",
     ]);
     for s in &results.strategies {
         let Some(q) = &s.median.queue else { continue };
@@ -102,10 +103,13 @@ pub fn queue_table(results: &LabResults, style: TableStyle) -> Option<Table> {
             us(q.hold_overshoot_us.p50),
             us(q.hold_overshoot_us.p99),
             us(q.submit_rtt_us.p50),
-            us(q.server_us_per_call),
-            format!("{} s", sig3(q.server_cpu_s)),
+            q.server_us_per_call.map_or_else(|| "n/a".to_string(), us),
+            q.server_cpu_s
+                .map_or_else(|| "n/a".to_string(), |s| format!("{} s", sig3(s))),
             sig3(q.calls_per_job),
-            sig3(q.bytes_per_job),
+            q.bytes_per_job.map_or_else(|| "n/a".to_string(), sig3),
+            q.wal_bytes_per_job
+                .map_or_else(|| "n/a".to_string(), |b| format!("{} B", sig3(b))),
         ]);
     }
     right_align(&mut table);

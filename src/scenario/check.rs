@@ -448,13 +448,20 @@ impl Scenario {
     }
 }
 
-/// `[backend]`: a backend noisylab knows, and processes only for Redis.
+/// `[backend]`: a backend noisylab knows, processes only for a queue
+/// server, fsync only for a PostgreSQL cluster of the lab's own.
 fn check_backend(b: &BackendSpec) -> Result<(), Failure> {
     let url = super::BackendUrl::parse(&b.url).map_err(|e| ("backend.url".to_string(), e))?;
     if url == super::BackendUrl::InProcess && b.processes.is_some() {
         return fail(
             "backend.processes",
-            "goes with a Redis backend (url = \"redis\" or \"redis://…\")".into(),
+            "goes with a queue server (url = \"redis\", \"postgres\" or a URL)".into(),
+        );
+    }
+    if url != super::BackendUrl::OwnPostgres && b.fsync.is_some() {
+        return fail(
+            "backend.fsync",
+            "goes with a PostgreSQL cluster of the lab's own (url = \"postgres\")".into(),
         );
     }
     Ok(())

@@ -83,16 +83,20 @@ pub struct Scenario {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendSpec {
-    /// `in-process`, `redis` (a server the lab starts) or
-    /// `redis://HOST:PORT[/DB]`.
+    /// `in-process`, `redis` or `postgres` (a server the lab starts),
+    /// `redis://HOST:PORT[/DB]` or `postgres://USER@HOST:PORT/DB`.
     pub url: String,
-    /// Worker processes (Redis only; 0: they join from elsewhere).
+    /// Worker processes (a queue server only; 0: they join from elsewhere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<u32>,
+    /// A PostgreSQL cluster of the lab's own: its `fsync` (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsync: Option<bool>,
 }
 
 /// The backends `[backend] url` and `--backend` take.
-pub const BACKENDS_ALLOWED: &str = "in-process, redis, redis://HOST:PORT[/DB]";
+pub const BACKENDS_ALLOWED: &str =
+    "in-process, redis, redis://HOST:PORT[/DB], postgres, postgres://USER@HOST:PORT/DB";
 
 /// A backend's name or URL, as `[backend] url` and `--backend` take it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +106,10 @@ pub enum BackendUrl<'a> {
     OwnRedis,
     /// `redis://HOST:PORT[/DB]`.
     Redis(&'a str),
+    /// A PostgreSQL cluster the lab makes and starts (`postgres`).
+    OwnPostgres,
+    /// `postgres://USER@HOST:PORT/DB` (or `postgresql://`).
+    Postgres(&'a str),
 }
 
 impl<'a> BackendUrl<'a> {
@@ -111,6 +119,10 @@ impl<'a> BackendUrl<'a> {
             "in-process" => Ok(BackendUrl::InProcess),
             "redis" => Ok(BackendUrl::OwnRedis),
             url if url.starts_with("redis://") => Ok(BackendUrl::Redis(url)),
+            "postgres" => Ok(BackendUrl::OwnPostgres),
+            url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(BackendUrl::Postgres(url))
+            }
             other => Err(format!(
                 "unknown backend {other:?}; allowed: {BACKENDS_ALLOWED}"
             )),

@@ -12,14 +12,17 @@
 //! `NOISYLAB_REQUIRE_SERVERS=1` (CI) they fail instead.
 
 mod common;
+#[path = "backend/postgres.rs"]
+mod postgres;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 
+use noisylab::backend::coordinator::queue_name;
+use noisylab::backend::redis as redis_backend;
 use noisylab::backend::redis::server::{self, OwnedServer};
-use noisylab::backend::redis::{self as redis_backend, RedisBackend, RedisPlan, Target};
-use noisylab::backend::{Backend, RunInput};
+use noisylab::backend::{Backend, RunInput, ServerKind, ServerPlan, Target};
 use noisylab::engine::{Fate, JobRecord, NEVER, stats_from_records};
 use noisylab::lab;
 use noisylab::scenario::{Queue, Scenario, Strategy as Def};
@@ -147,10 +150,7 @@ struct Discipline {
 }
 
 fn strategy_of(d: &Discipline) -> Def {
-    let mut text = format!(
-        "name = \"s\"\nqueue = \"{}\"\n",
-        redis_backend::queue_name(d.queue)
-    );
+    let mut text = format!("name = \"s\"\nqueue = \"{}\"\n", queue_name(d.queue));
     for (key, v) in [("cap", d.cap), ("limit", d.limit), ("reserve", d.reserve)] {
         if let Some(v) = v {
             text += &format!("{key} = {v}\n");
@@ -159,40 +159,86 @@ fn strategy_of(d: &Discipline) -> Def {
     toml::from_str(&text).unwrap()
 }
 
-/// The same operations on the in-process scheduler and on the functions:
-/// every take gives the same job, every push the same refusal.
-fn same_jobs(con: &mut redis::Connection, prefix: &str, d: &Discipline, ops: &[Op]) {
+/// A server's scheduling functions alone, for the equivalence test.
+trait Functions {
+    /// A new queue of discipline `d` for case number `case`.
+    fn setup(&mut self, case: u32, d: &Discipline);
+    /// `Err(waiting)`: refused by the limit.
+    fn push(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32>;
+    /// (tenant, job) with `idle` workers idle, or none.
+    fn pop(&mut self, idle: u32) -> Option<(u32, u32)>;
+    fn done(&mut self, tenant: u32);
+}
+
+/// The functions, each case under a key prefix of its own (they refuse one
+/// in use).
+struct RedisFunctions(redis::Connection, String);
+
+impl Functions for RedisFunctions {
+    fn setup(&mut self, case: u32, d: &Discipline) {
+        self.1 = format!("eq:{case}:");
+        let opt = |v: Option<u32>| v.map_or(-1, i64::from);
+        let mut setup = redis::cmd("FCALL");
+        setup
+            .arg("noisylab_setup")
+            .arg(0)
+            .arg(&self.1)
+            .arg(queue_name(d.queue))
+            .arg(opt(d.cap))
+            .arg(opt(d.limit))
+            .arg(opt(d.reserve));
+        for (t, w) in d.weights.iter().enumerate().filter(|(_, w)| **w != 1.0) {
+            setup.arg(t).arg(w.to_string());
+        }
+        setup.query::<i64>(&mut self.0).unwrap();
+    }
+
+    fn push(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32> {
+        let (ok, waiting): (i64, i64) = redis::cmd("FCALL")
+            .arg("noisylab_push")
+            .arg(0)
+            .arg(&self.1)
+            .arg(job)
+            .arg(tenant)
+            .arg(cost.to_string())
+            .query(&mut self.0)
+            .unwrap();
+        if ok == 1 { Ok(()) } else { Err(waiting as u32) }
+    }
+
+    fn pop(&mut self, idle: u32) -> Option<(u32, u32)> {
+        redis::cmd("FCALL")
+            .arg("noisylab_pop")
+            .arg(0)
+            .arg(&self.1)
+            .arg(idle)
+            .query(&mut self.0)
+            .unwrap()
+    }
+
+    fn done(&mut self, tenant: u32) {
+        redis::cmd("FCALL")
+            .arg("noisylab_done")
+            .arg(0)
+            .arg(&self.1)
+            .arg(tenant)
+            .query::<i64>(&mut self.0)
+            .unwrap();
+    }
+}
+
+/// The same operations on the in-process scheduler and on a server's
+/// functions: every take gives the same job, every push the same refusal.
+fn same_jobs(server: &mut impl Functions, case: u32, d: &Discipline, ops: &[Op]) {
     let strategy = strategy_of(d);
     let mut reference = AnyScheduler::new(&strategy, d.weights.clone(), || d.costs.clone());
-    let opt = |v: Option<u32>| v.map_or(-1, i64::from);
-    let mut setup = redis::cmd("FCALL");
-    setup
-        .arg("noisylab_setup")
-        .arg(0)
-        .arg(prefix)
-        .arg(redis_backend::queue_name(d.queue))
-        .arg(opt(d.cap))
-        .arg(opt(d.limit))
-        .arg(opt(d.reserve));
-    for (t, w) in d.weights.iter().enumerate().filter(|(_, w)| **w != 1.0) {
-        setup.arg(t).arg(w.to_string());
-    }
-    setup.query::<i64>(con).unwrap();
+    server.setup(case, d);
     let (mut next_job, mut running) = (0u32, Vec::<u32>::new());
     for (k, op) in ops.iter().enumerate() {
         match *op {
             Op::Push(t) => {
                 let want = reference.push(t, next_job).map_err(|r| r.waiting);
-                let (ok, waiting): (i64, i64) = redis::cmd("FCALL")
-                    .arg("noisylab_push")
-                    .arg(0)
-                    .arg(prefix)
-                    .arg(next_job)
-                    .arg(t)
-                    .arg(d.costs[next_job as usize].to_string())
-                    .query(con)
-                    .unwrap();
-                let got = if ok == 1 { Ok(()) } else { Err(waiting as u32) };
+                let got = server.push(next_job, t, d.costs[next_job as usize]);
                 assert_eq!(got, want, "op {k} {op:?} of {ops:?}");
                 next_job += 1;
             }
@@ -202,13 +248,7 @@ fn same_jobs(con: &mut redis::Connection, prefix: &str, d: &Discipline, ops: &[O
                     None if lend => reference.take_over_cap(),
                     n => n,
                 };
-                let got: Option<(u32, u32)> = redis::cmd("FCALL")
-                    .arg("noisylab_pop")
-                    .arg(0)
-                    .arg(prefix)
-                    .arg(idle)
-                    .query(con)
-                    .unwrap();
+                let got = server.pop(idle);
                 assert_eq!(got, want, "op {k} {op:?} of {ops:?}");
                 if let Some((t, _)) = got {
                     running.push(t);
@@ -217,17 +257,39 @@ fn same_jobs(con: &mut redis::Connection, prefix: &str, d: &Discipline, ops: &[O
             Op::Finish(i) if !running.is_empty() => {
                 let t = running.remove(i % running.len());
                 reference.finished(t);
-                redis::cmd("FCALL")
-                    .arg("noisylab_done")
-                    .arg(0)
-                    .arg(prefix)
-                    .arg(t)
-                    .query::<i64>(con)
-                    .unwrap();
+                server.done(t);
             }
             Op::Finish(_) => {}
         }
     }
+}
+
+/// `cases` random disciplines and operation sequences, each on a fresh
+/// queue of `server`'s; vtc drawn in at least a fifth.
+fn equivalence(cases: u32, server: &mut impl Functions) {
+    let (case, vtc_cases) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
+    let server = std::cell::RefCell::new(server);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&(discipline(), ops()), |(d, ops)| {
+            case.set(case.get() + 1);
+            same_jobs(*server.borrow_mut(), case.get(), &d, &ops);
+            if d.queue == Queue::Vtc {
+                vtc_cases.set(vtc_cases.get() + 1);
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert!(case.get() >= cases);
+    assert!(
+        vtc_cases.get() >= cases / 5,
+        "vtc drawn: {}",
+        vtc_cases.get()
+    );
 }
 
 #[test]
@@ -241,34 +303,21 @@ fn the_redis_functions_take_the_same_jobs_as_the_in_process_schedulers() {
         .arg(redis_backend::LIBRARY)
         .query::<String>(&mut con)
         .unwrap();
-    let con = std::cell::RefCell::new(con);
-    let (case, vtc_cases) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
-    runner
-        .run(&(discipline(), ops()), |(d, ops)| {
-            case.set(case.get() + 1);
-            let prefix = format!("eq:{}:", case.get());
-            same_jobs(&mut con.borrow_mut(), &prefix, &d, &ops);
-            if d.queue == Queue::Vtc {
-                vtc_cases.set(vtc_cases.get() + 1);
-            }
-            Ok(())
-        })
-        .unwrap();
-    assert!(case.get() >= 256);
-    assert!(vtc_cases.get() >= 50, "vtc drawn: {}", vtc_cases.get());
+    equivalence(256, &mut RedisFunctions(con, String::new()));
 }
 
-fn redis_plan(target: Target, processes: Option<u32>) -> RedisPlan {
-    RedisPlan {
+fn server_plan(server: ServerKind, target: Target, processes: Option<u32>) -> ServerPlan {
+    ServerPlan {
+        server,
         target,
         processes,
         worker_exe: Some(PathBuf::from(NOISYLAB)),
+        fsync: true,
     }
+}
+
+fn redis_plan(target: Target, processes: Option<u32>) -> ServerPlan {
+    server_plan(ServerKind::Redis, target, processes)
 }
 
 /// From the server's stamps: each queue's jobs (a tenant's, or a key's
@@ -325,6 +374,17 @@ fn a_lab_on_redis_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
     let _turn = one_at_a_time();
     let Some(_gate) = server() else { return };
     drop(_gate); // only the check; the backend starts its own
+    let mut backend = redis_backend::start(&redis_plan(Target::Own, Some(2)), 4).unwrap();
+    lab_loses_nothing(&mut backend);
+    let pid = backend.wire.own_server_pid().unwrap();
+    drop(backend);
+    assert!(!alive(pid), "the server stops with its lab");
+}
+
+/// The smoke lab (4 workers), with a capped fifo with a limit, a capped
+/// vtc that lends, and a fair queue over a noisy tenant's 8 keys, on
+/// `backend`: nothing lost, every cap kept, by the server's stamps.
+fn lab_loses_nothing(backend: &mut dyn Backend) {
     let mut s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
     s.strategy.push(strategy_of(&Discipline {
         queue: Queue::Fifo,
@@ -349,7 +409,7 @@ fn a_lab_on_redis_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
         .replace("jobs = 40", "jobs = 40\nkeys = 8")
         + "\n[[strategy]]\nname = \"Fair over keys, cap 1\"\nqueue = \"fair\"\nfair_by = \"key\"\ncap = 1\n";
     let keyed = Scenario::parse(Path::new("keyed.toml"), &keyed).unwrap();
-    let mut backend = RedisBackend::start(&redis_plan(Target::Own, Some(2)), s.workers).unwrap();
+    assert_eq!(s.workers, 4);
     let never = AtomicBool::new(false);
     let labs = [&s, &keyed];
     for (s, def) in labs
@@ -386,9 +446,6 @@ fn a_lab_on_redis_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
         let q = record.queue.expect("a queue block");
         assert!(q.take_rtt_us.p50 > 0.0 && q.calls_per_job >= 1.0, "{q:?}");
     }
-    let pid = backend.own_server_pid().unwrap();
-    drop(backend);
-    assert!(!alive(pid), "the server stops with its lab");
 }
 
 /// The most jobs of one tenant that ran at once, by the stamps.
@@ -543,7 +600,7 @@ fn a_prefix_in_use_and_a_server_that_dies_mid_run_fail_loudly() {
     // backend; the workers and the lab stop.
     let s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
     let plan = redis_plan(Target::Url(server.url.clone()), Some(2));
-    let mut backend = RedisBackend::start(&plan, s.workers).unwrap();
+    let mut backend = redis_backend::start(&plan, s.workers).unwrap();
     let killer = {
         let pid = server.pid();
         std::thread::spawn(move || {
@@ -560,7 +617,7 @@ fn a_prefix_in_use_and_a_server_that_dies_mid_run_fail_loudly() {
 
 /// The smoke lab's first strategy on `backend`, which must fail, within
 /// 20 s, in one line: that line.
-fn failed_run(backend: &mut RedisBackend, s: &Scenario) -> String {
+fn failed_run(backend: &mut dyn Backend, s: &Scenario) -> String {
     let def = &s.strategy[0];
     let pool = lab::pool_for(s, def);
     let jobs = noisylab::engine::load::plan(s, s.seed);
@@ -621,7 +678,7 @@ fn a_worker_process_that_exits_is_named_and_the_run_stops() {
     let Some(server) = server() else { return };
     let s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
     let plan = redis_plan(Target::Url(server.url.clone()), Some(2));
-    let mut backend = RedisBackend::start(&plan, s.workers).unwrap();
+    let mut backend = redis_backend::start(&plan, s.workers).unwrap();
     let workers = processes_with(&format!("worker\0--backend\0{}", server.url));
     assert_eq!(workers.len(), 2, "two worker processes: {workers:?}");
     // SAFETY: a signal to a worker process this test's backend started.

@@ -1,0 +1,543 @@
+//! A lab on a queue server (Redis, PostgreSQL): what the coordinator does
+//! the same on every server, behind one trait, [`Wire`], that each server's
+//! module implements in its own words (functions and keys, or SQL).
+//!
+//! For each run the coordinator sets the queue up, hands the run to every
+//! worker, submits the arrival plan at its planned instants (jobs due at
+//! one instant in one round trip), waits until every accepted job has
+//! finished, and rebuilds the run's records from the server's stamps. The
+//! worker processes it started are checked all along: one that exits is
+//! named and the run stops.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::{Backend, RunError, RunInput, RunRecord};
+use crate::engine::clock::sleep_until_blocking;
+use crate::engine::traffic::Refusal;
+use crate::engine::{Fate, JobRecord, NEVER, Nanos, stats_from_records};
+use crate::results::{BackendFacts, QueueFigures};
+use crate::scenario::{Queue, Strategy};
+use crate::stats::{decode_histogram, new_histogram, percentiles, record};
+
+/// Most workers one process runs by default.
+pub const WORKERS_PER_PROCESS: u32 = 5;
+/// How early the submitter's OS sleep ends, to spin to an arrival's instant.
+const SUBMIT_MARGIN: Duration = Duration::from_micros(500);
+/// How long workers started here may take to join (and to start or end a
+/// run), and how long workers started elsewhere (`--processes 0`) are
+/// waited for.
+pub const JOIN_OWN: Duration = Duration::from_secs(15);
+const JOIN_ELSEWHERE: Duration = Duration::from_secs(120);
+
+/// The discipline's name on every server.
+pub fn queue_name(queue: Queue) -> &'static str {
+    match queue {
+        Queue::Fifo => "fifo",
+        Queue::Fair => "fair",
+        Queue::Vtc => "vtc",
+    }
+}
+
+/// One run's queue, as the server is told it.
+pub struct Setup<'a> {
+    pub strategy: &'a Strategy,
+    /// vtc's weight by queue (tenant or key); empty for the others.
+    pub weights: Vec<f64>,
+    /// Each job's hold, for the workers to read once.
+    pub durations: Vec<Nanos>,
+}
+
+/// One job to submit: its number, its queue (tenant or key) and, with vtc,
+/// its cost in Rust's shortest round-trip digits.
+pub struct Submit<'a> {
+    pub job: u32,
+    pub queue: u32,
+    pub cost: Option<&'a str>,
+}
+
+/// One instant in a job's life, on the server's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stamp {
+    /// Queued (and whether an idle worker was woken for it).
+    Enqueued {
+        job: u32,
+        us: u64,
+        woke: bool,
+    },
+    Started {
+        job: u32,
+        us: u64,
+    },
+    Finished {
+        job: u32,
+        us: u64,
+    },
+    /// Refused by the queue limit.
+    Refused {
+        job: u32,
+        us: u64,
+    },
+}
+
+/// What the server cost over one run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerCost {
+    pub us_per_call: Option<f64>,
+    pub cpu_s: Option<f64>,
+    pub calls: u64,
+    pub bytes: Option<u64>,
+    pub wal_bytes: Option<u64>,
+}
+
+/// A queue server, as one lab's coordinator speaks to it. Every call acts
+/// on the run set up last.
+pub trait Wire {
+    /// Counters read before a run, to take from those after it.
+    type Mark;
+    /// What the results file says: "redis" or "postgres", the version.
+    fn kind(&self) -> &'static str;
+    fn version(&self) -> &str;
+    /// What a worker is given to join: `--backend URL --run ID`.
+    fn url(&self) -> &str;
+    fn lab_id(&self) -> &str;
+    /// Workers that have joined the lab.
+    fn joined(&mut self) -> Result<u32>;
+    /// A new run's queue (the last one's gone).
+    fn setup(&mut self, run: u32, setup: &Setup<'_>) -> Result<()>;
+    /// Hand the run to `workers` workers.
+    fn start_run(&mut self, workers: u32) -> Result<()>;
+    /// Workers idle on the run.
+    fn idle(&mut self) -> Result<u32>;
+    fn mark(&mut self) -> Result<Self::Mark>;
+    fn cost_since(&mut self, mark: Self::Mark) -> Result<ServerCost>;
+    /// The server's clock, microseconds since the epoch.
+    fn now_us(&mut self) -> Result<u64>;
+    /// Jobs due at one instant, in one round trip: each accepted (and
+    /// whether a worker was woken) or refused (and its tenant's waiting).
+    fn submit(&mut self, batch: &[Submit<'_>]) -> Result<Vec<(bool, i64)>>;
+    /// `n` jobs were accepted in all.
+    fn expect(&mut self, n: u64) -> Result<()>;
+    /// Whether all expected jobs finished, waiting at most `wait`.
+    fn wait_end(&mut self, wait: Duration) -> Result<bool>;
+    /// Tell `workers` workers the run is over.
+    fn stop_workers(&mut self, workers: u32) -> Result<()>;
+    /// What each worker that left the run measured: "RTT LATE" histograms.
+    fn figures(&mut self) -> Result<Vec<String>>;
+    /// Every stamp of the run.
+    fn stamps(&mut self) -> Result<Vec<Stamp>>;
+    /// No more jobs for anyone; running ones finish.
+    fn halt(&mut self) -> Result<()>;
+    /// The run's data gone.
+    fn end_run(&mut self) -> Result<()>;
+    /// Tell `workers` workers to leave the lab, and drop the lab's data.
+    fn quit(&mut self, workers: u32);
+}
+
+/// The coordinator of a lab on a queue server, and the worker processes it
+/// started (stopped when dropped, before the server).
+pub struct Coordinator<W: Wire> {
+    pub wire: W,
+    workers: u32,
+    processes: u32,
+    children: Vec<Child>,
+    runs: u32,
+    worker_exe: Option<std::path::PathBuf>,
+}
+
+impl<W: Wire> Coordinator<W> {
+    /// Start `processes` worker processes (`None`: enough that none runs
+    /// more than [`WORKERS_PER_PROCESS`], at least 2; 0: workers join from
+    /// elsewhere) for a pool of `workers`, and wait until they have joined.
+    pub fn start(
+        wire: W,
+        workers: u32,
+        processes: Option<u32>,
+        worker_exe: Option<std::path::PathBuf>,
+    ) -> Result<Coordinator<W>> {
+        let processes =
+            processes.unwrap_or_else(|| workers.div_ceil(WORKERS_PER_PROCESS).max(2).min(workers));
+        let mut c = Coordinator {
+            wire,
+            workers,
+            processes,
+            children: Vec::new(),
+            runs: 0,
+            worker_exe,
+        };
+        c.spawn_workers()?;
+        c.wait_joined()?;
+        Ok(c)
+    }
+
+    /// `processes` worker processes sharing the pool's workers evenly.
+    fn spawn_workers(&mut self) -> Result<()> {
+        let exe = match &self.worker_exe {
+            Some(exe) => exe.clone(),
+            None => std::env::current_exe().context("cannot find noisylab's own binary")?,
+        };
+        for k in 0..self.processes {
+            let share =
+                self.workers / self.processes + u32::from(k < self.workers % self.processes);
+            let mut cmd = Command::new(&exe);
+            cmd.args(["worker", "--backend", self.wire.url(), "--run"])
+                .arg(self.wire.lab_id())
+                .args(["--workers", &share.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null());
+            super::redis::server::die_with_parent(&mut cmd);
+            self.children
+                .push(cmd.spawn().context("cannot start a worker process")?);
+        }
+        Ok(())
+    }
+
+    fn wait_joined(&mut self) -> Result<()> {
+        let deadline = if self.processes == 0 {
+            eprintln!(
+                "noisylab: waiting for {} workers to join: run `noisylab worker --backend {} --run {} \
+                 --workers N` where they should run",
+                self.workers,
+                self.wire.url(),
+                self.wire.lab_id()
+            );
+            JOIN_ELSEWHERE
+        } else {
+            JOIN_OWN
+        };
+        let workers = self.workers;
+        self.wait_for(deadline, |w| Ok(w.joined()? >= workers))
+            .map_err(|e| {
+                anyhow!(
+                    "{e:#} (waiting for {workers} workers to join lab {})",
+                    self.wire.lab_id()
+                )
+            })
+    }
+
+    /// Until `done`, checking the worker processes and the deadline.
+    fn wait_for(
+        &mut self,
+        deadline: Duration,
+        mut done: impl FnMut(&mut W) -> Result<bool>,
+    ) -> Result<()> {
+        let until = Instant::now() + deadline;
+        loop {
+            if done(&mut self.wire)? {
+                return Ok(());
+            }
+            self.check_children()?;
+            if Instant::now() > until {
+                bail!("gave up after {} s", deadline.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// An error naming the first worker process that has exited.
+    fn check_children(&mut self) -> Result<()> {
+        let total = self.children.len();
+        for (k, child) in self.children.iter_mut().enumerate() {
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "worker process {} of {total} (pid {}) exited ({status}): the run cannot finish",
+                    k + 1,
+                    child.id()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// One run, set up as run number `run`.
+    fn run_on(
+        &mut self,
+        run: u32,
+        input: RunInput<'_>,
+        stop: &AtomicBool,
+    ) -> Result<RunRecord, RunError> {
+        let s = input.strategy;
+        let setup = Setup {
+            strategy: s,
+            weights: match s.queue {
+                Queue::Vtc => input.scenario.population().queue_weights(s),
+                _ => Vec::new(),
+            },
+            durations: input.plan.iter().map(|j| j.duration).collect(),
+        };
+        let kind = self.wire.kind();
+        let failed = move |e| self_failed(kind, e);
+        self.wire.setup(run, &setup).map_err(failed)?;
+        self.start_run().map_err(failed)?;
+        let before = self.wire.mark().map_err(failed)?;
+        let t0_us = self.wire.now_us().map_err(failed)?;
+        // vtc's cost of each job, in Rust's shortest round-trip digits (the
+        // server reads back the cost the in-process scheduler charges),
+        // made before the first arrival rather than on its way.
+        let costs: Option<Vec<String>> = (s.queue == Queue::Vtc).then(|| {
+            let cost = |j: &JobRecord| s.job_cost(j.duration, j.tokens_in, j.tokens_out);
+            input.plan.iter().map(|j| cost(j).to_string()).collect()
+        });
+        let submitted = self.submit_all(&input, costs.as_deref(), stop)?;
+        self.wait_end(&input, submitted.accepted, stop)?;
+        let cost = self.wire.cost_since(before).map_err(failed)?;
+        let (take_rtt, hold_late) = self.end_workers().map_err(failed)?;
+        let stamps = self.wire.stamps().map_err(failed)?;
+        let n = input.plan.len() as f64;
+        let queue = QueueFigures {
+            take_rtt_us: percentiles(&take_rtt, 1e3),
+            hold_overshoot_us: percentiles(&hold_late, 1e3),
+            submit_rtt_us: percentiles(&submitted.rtt, 1e3),
+            server_us_per_call: cost.us_per_call,
+            server_cpu_s: cost.cpu_s,
+            calls_per_job: cost.calls as f64 / n,
+            bytes_per_job: cost.bytes.map(|b| b as f64 / n),
+            wal_bytes_per_job: cost.wal_bytes.map(|b| b as f64 / n),
+        };
+        let (jobs, found_idle, end) = records(input.plan, &stamps, t0_us).map_err(failed)?;
+        let mut stats = stats_from_records(input.pool, &jobs, &found_idle, end);
+        stats.retry_after_s_max = submitted.retry_after_s_max;
+        Ok(RunRecord {
+            jobs,
+            stats,
+            queue: Some(queue),
+        })
+    }
+
+    /// Hand the run to every worker and wait until all are idle on it.
+    fn start_run(&mut self) -> Result<()> {
+        self.wire.start_run(self.workers)?;
+        let workers = self.workers;
+        self.wait_for(JOIN_OWN, |w| Ok(w.idle()? >= workers))
+            .context("the workers did not start the run")
+    }
+
+    /// Every planned job at its instant (with vtc, its cost); those due at
+    /// one instant in one round trip.
+    fn submit_all(
+        &mut self,
+        input: &RunInput<'_>,
+        costs: Option<&[String]>,
+        stop: &AtomicBool,
+    ) -> Result<Submitted, RunError> {
+        let plan = &input.plan;
+        let kind = self.wire.kind();
+        let mut out = Submitted {
+            accepted: 0,
+            rtt: new_histogram(),
+            retry_after_s_max: 0,
+        };
+        let origin = Instant::now();
+        let mut i = 0;
+        while i < plan.len() {
+            let at = plan[i].planned;
+            let k = i + plan[i..].iter().take_while(|j| j.planned == at).count();
+            sleep_until_blocking(origin + Duration::from_nanos(at), SUBMIT_MARGIN);
+            if stop.load(Ordering::Relaxed) {
+                self.halt();
+                return Err(RunError::Interrupted);
+            }
+            let batch: Vec<Submit<'_>> = (i..k)
+                .map(|id| Submit {
+                    job: id as u32,
+                    queue: plan[id].queue(input.pool.by_key),
+                    cost: costs.map(|c| c[id].as_str()),
+                })
+                .collect();
+            let sent = Instant::now();
+            let replies = self.wire.submit(&batch).map_err(|e| self_failed(kind, e))?;
+            record(&mut out.rtt, sent.elapsed().as_nanos() as u64);
+            for (j, (ok, x)) in plan[i..k].iter().zip(replies) {
+                if ok {
+                    out.accepted += 1;
+                } else {
+                    let hint = input.pool.retry_after_s(j.tenant, x as u32);
+                    out.retry_after_s_max = out.retry_after_s_max.max(hint);
+                }
+            }
+            i = k;
+        }
+        Ok(out)
+    }
+
+    /// Until every accepted job has finished; fails on a worker process that
+    /// exits, or a run far past any length the plan allows.
+    fn wait_end(
+        &mut self,
+        input: &RunInput<'_>,
+        accepted: u64,
+        stop: &AtomicBool,
+    ) -> Result<(), RunError> {
+        let kind = self.wire.kind();
+        self.wire
+            .expect(accepted)
+            .map_err(|e| self_failed(kind, e))?;
+        // Every job one after another, after the last arrival: the longest a
+        // run can take; then 30 s more.
+        let work: Nanos = input.plan.iter().map(|j| j.duration).sum();
+        let last = input.plan.last().map_or(0, |j| j.planned);
+        let deadline = Instant::now() + Duration::from_nanos(last + work) + Duration::from_secs(30);
+        loop {
+            let over = self.wire.wait_end(Duration::from_millis(250));
+            match over {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    self.halt();
+                    return Err(self_failed(kind, e));
+                }
+            }
+            if stop.load(Ordering::Relaxed) {
+                self.halt();
+                return Err(RunError::Interrupted);
+            }
+            if let Err(e) = self.check_children() {
+                self.halt();
+                return Err(self_failed(kind, e));
+            }
+            if Instant::now() > deadline {
+                self.halt();
+                return Err(self_failed(
+                    kind,
+                    anyhow!(
+                        "the run did not finish in time: {accepted} jobs accepted, not all finished"
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// Stop every worker's run and merge their round-trip times and their
+    /// timers' lateness.
+    fn end_workers(
+        &mut self,
+    ) -> Result<(hdrhistogram::Histogram<u64>, hdrhistogram::Histogram<u64>)> {
+        self.wire.stop_workers(self.workers)?;
+        let workers = self.workers;
+        self.wait_for(JOIN_OWN, |w| Ok(w.figures()?.len() as u32 >= workers))
+            .context("the workers did not end the run")?;
+        let (mut rtt, mut late) = (new_histogram(), new_histogram());
+        for text in self.wire.figures()? {
+            let (a, b) = text
+                .split_once(' ')
+                .ok_or_else(|| anyhow!("a worker's figures that are not two histograms"))?;
+            rtt.add(decode_histogram(a)?)?;
+            late.add(decode_histogram(b)?)?;
+        }
+        Ok((rtt, late))
+    }
+
+    /// No more jobs for anyone; the workers leave the run (best effort: the
+    /// run is failing or interrupted already).
+    fn halt(&mut self) {
+        let _ = self.wire.halt();
+        let _ = self.end_workers();
+    }
+}
+
+impl<W: Wire> Backend for Coordinator<W> {
+    fn run(&mut self, input: RunInput<'_>, stop: &AtomicBool) -> Result<RunRecord, RunError> {
+        let run = self.runs;
+        self.runs += 1;
+        let out = self.run_on(run, input, stop);
+        let _ = self.wire.end_run();
+        out
+    }
+
+    fn facts(&self) -> Option<BackendFacts> {
+        Some(BackendFacts {
+            kind: self.wire.kind().to_string(),
+            version: self.wire.version().to_string(),
+            processes: self.processes,
+        })
+    }
+}
+
+impl<W: Wire> Drop for Coordinator<W> {
+    fn drop(&mut self) {
+        self.wire.quit(self.workers);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for child in &mut self.children {
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What `submit_all` learned.
+struct Submitted {
+    accepted: u64,
+    rtt: hdrhistogram::Histogram<u64>,
+    retry_after_s_max: u64,
+}
+
+fn self_failed(kind: &str, e: anyhow::Error) -> RunError {
+    let name = match kind {
+        "redis" => "Redis",
+        "postgres" => "PostgreSQL",
+        other => other,
+    };
+    RunError::Failed(e.context(format!("the {name} backend failed")))
+}
+
+/// A fresh id for a lab's data: this process and the clock, in hex.
+pub fn lab_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}{:x}", std::process::id(), nanos & 0xff_ffff_ffff)
+}
+
+/// The run's records from the plan and the server's stamps, with each job's
+/// found-idle mark and the run's end, in lab time from `t0_us` on the
+/// server's clock.
+pub fn records(
+    mut jobs: Vec<JobRecord>,
+    stamps: &[Stamp],
+    t0_us: u64,
+) -> Result<(Vec<JobRecord>, Vec<bool>, Nanos)> {
+    for (i, j) in jobs.iter_mut().enumerate() {
+        j.origin = i as u32;
+    }
+    let mut found_idle = vec![false; jobs.len()];
+    let mut end: Nanos = 0;
+    for stamp in stamps {
+        let (Stamp::Enqueued { job, us, .. }
+        | Stamp::Started { job, us }
+        | Stamp::Finished { job, us }
+        | Stamp::Refused { job, us }) = *stamp;
+        let at: Nanos = us.saturating_sub(t0_us) * 1_000;
+        let j = jobs
+            .get_mut(job as usize)
+            .ok_or_else(|| anyhow!("the server names job {job}, which was not planned"))?;
+        end = end.max(at);
+        match *stamp {
+            Stamp::Enqueued { woke, .. } => {
+                j.enqueued = at;
+                found_idle[job as usize] = woke;
+            }
+            Stamp::Started { .. } => j.started = at,
+            Stamp::Finished { .. } => {
+                j.finished = at;
+                j.fate = Fate::Ran;
+            }
+            Stamp::Refused { .. } => {
+                j.enqueued = at;
+                j.fate = Fate::Refused(Refusal::Limit);
+            }
+        }
+    }
+    if let Some(j) = jobs
+        .iter()
+        .find(|j| j.fate == Fate::Pending || j.enqueued == NEVER)
+    {
+        bail!("job {} has no end in the server's stamps: {j:?}", j.origin);
+    }
+    Ok((jobs, found_idle, end))
+}

@@ -1,0 +1,429 @@
+//! The lab on PostgreSQL: the queue disciplines as SQL functions over a job
+//! table ([`SCHEMA`], `noisylab.sql`), the workers in separate `noisylab
+//! worker` processes ([`worker`]) that wait on `LISTEN`, and every instant
+//! the server's (`clock_timestamp()` inside the functions).
+//!
+//! A lab lives in a schema of its own, `noisylab_<id>` (refused if it is
+//! there already, dropped at the end), on a cluster the lab makes and
+//! starts ([`server`]) or on a database given by URL. This file is the
+//! coordinator's side ([`PgWire`], driven by [`Coordinator`]): the jobs due
+//! at one instant sent in one round trip, each in its own transaction; the
+//! records read back from the job table's stamps.
+
+pub mod server;
+pub mod worker;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls, SimpleQueryMessage};
+
+use super::coordinator::{Coordinator, ServerCost, Setup, Stamp, Submit, Wire, lab_id, queue_name};
+use super::{ServerPlan, Target};
+use server::OwnedCluster;
+
+/// The schema and its functions, as `noisylab scripts postgres` prints it.
+pub const SCHEMA: &str = include_str!("noisylab.sql");
+
+/// A lab on PostgreSQL: the coordinator over the PostgreSQL wire.
+pub type PgBackend = Coordinator<PgWire>;
+
+/// Start (or reach) the server, make the lab's schema, start the worker
+/// processes for a pool of `workers`, and wait until they have joined.
+pub fn start(plan: &ServerPlan, workers: u32) -> Result<PgBackend> {
+    let wire = PgWire::open(&plan.target, plan.fsync)?;
+    Coordinator::start(wire, workers, plan.processes, plan.worker_exe.clone())
+}
+
+/// The schema of lab `id`.
+pub fn schema_of(id: &str) -> String {
+    format!("noisylab_{id}")
+}
+
+/// A connection, or one line saying which database could not be reached.
+pub fn connect(url: &str) -> Result<Client> {
+    let mut config: postgres::Config = url
+        .parse()
+        .with_context(|| format!("bad PostgreSQL URL {url:?}"))?;
+    config.connect_timeout(Duration::from_secs(5));
+    config.connect(NoTls).map_err(|e| {
+        anyhow!(
+            "cannot reach the PostgreSQL database at {url}: {}",
+            one_line(&e)
+        )
+    })
+}
+
+/// An error's message in one line (the server's own, where it gave one).
+pub fn one_line(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_string(),
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                text = format!("{text}: {s}");
+                source = s.source();
+            }
+            text
+        }
+    }
+}
+
+/// Make schema `schema` on `client` (refused if it exists) and load the
+/// functions into it; the connection's `search_path` is left on it.
+pub fn make_schema(client: &mut Client, schema: &str) -> Result<()> {
+    let taken = client
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+        .map_err(db)?;
+    if taken.is_some() {
+        bail!("the schema {schema} already exists: another lab runs there");
+    }
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; SET search_path TO {schema}; SET client_min_messages = warning;"
+        ))
+        .map_err(db)?;
+    client
+        .batch_execute(SCHEMA)
+        .map_err(|e| anyhow!("cannot load noisylab's functions: {}", one_line(&e)))
+}
+
+fn db(e: postgres::Error) -> anyhow::Error {
+    anyhow!("{}", one_line(&e))
+}
+
+/// One lab's connection to its database (and the cluster, if the lab made
+/// it: last, so it stops after the lab has cleaned up).
+pub struct PgWire {
+    client: Client,
+    url: String,
+    id: String,
+    schema: String,
+    /// Workers hear on `channel || N`, the coordinator on `channel || "end"`.
+    channel: String,
+    version: String,
+    /// Where `pg_stat_statements` is, if it is.
+    statements: Option<String>,
+    server: Option<OwnedCluster>,
+}
+
+/// Counters read before a run.
+pub struct PgMark {
+    calls: i64,
+    ms: f64,
+    lsn: String,
+    cpu_s: Option<f64>,
+}
+
+impl PgWire {
+    fn open(target: &Target, fsync: bool) -> Result<PgWire> {
+        let server = match target {
+            Target::Own => Some(OwnedCluster::start(fsync)?),
+            Target::Url(_) => None,
+        };
+        let url = match (&server, target) {
+            (Some(s), _) => s.url.clone(),
+            (None, Target::Url(u)) => u.clone(),
+            (None, Target::Own) => unreachable!("a cluster was started"),
+        };
+        let mut client = connect(&url)?;
+        let version = server_version(&mut client)?;
+        if server.as_ref().is_some_and(|s| s.statements) {
+            client
+                .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                .map_err(db)?;
+        }
+        let statements = client
+            .query_opt(
+                "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace \
+                 WHERE e.extname = 'pg_stat_statements'",
+                &[],
+            )
+            .map_err(db)?
+            .map(|row| row.get::<_, String>(0));
+        let id = lab_id();
+        let schema = schema_of(&id);
+        make_schema(&mut client, &schema)?;
+        let channel = format!("{schema}_");
+        client
+            .batch_execute(&format!("LISTEN \"{channel}end\""))
+            .map_err(db)?;
+        Ok(PgWire {
+            client,
+            url,
+            id,
+            schema,
+            channel,
+            version,
+            statements,
+            server,
+        })
+    }
+
+    /// The cluster this lab made, if it made one: its postmaster's pid.
+    pub fn own_server_pid(&self) -> Option<u32> {
+        self.server.as_ref().map(OwnedCluster::pid)
+    }
+
+    fn one<T: for<'a> postgres::types::FromSql<'a>>(&mut self, sql: &str) -> Result<T> {
+        Ok(self.client.query_one(sql, &[]).map_err(db)?.get(0))
+    }
+
+    /// `message` to workers 1..=n.
+    fn tell(&mut self, n: u32, message: &str) -> Result<()> {
+        self.client
+            .execute(
+                "SELECT pg_notify($1 || k, $2) FROM generate_series(1, $3) k",
+                &[&self.channel, &message, &(n as i32)],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+}
+
+impl Wire for PgWire {
+    type Mark = PgMark;
+
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn version(&self) -> &str {
+        &self.version
+    }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn lab_id(&self) -> &str {
+        &self.id
+    }
+
+    fn joined(&mut self) -> Result<u32> {
+        let n: i64 =
+            self.one("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM worker_ready")?;
+        Ok(n as u32)
+    }
+
+    fn setup(&mut self, _run: u32, setup: &Setup<'_>) -> Result<()> {
+        let s = setup.strategy;
+        let opt = |v: Option<u32>| v.map_or(-1, |v| v as i32);
+        let durations: Vec<i64> = setup.durations.iter().map(|&d| d as i64).collect();
+        self.client
+            .execute(
+                "SELECT noisylab_setup($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    &queue_name(s.queue),
+                    &opt(s.cap),
+                    &opt(s.limit),
+                    &opt(s.reserve),
+                    &self.channel,
+                    &setup.weights,
+                    &durations,
+                ],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn start_run(&mut self, workers: u32) -> Result<()> {
+        self.tell(workers, worker::RUN)
+    }
+
+    fn idle(&mut self) -> Result<u32> {
+        let n: i32 = self.one("SELECT idle FROM cfg")?;
+        Ok(n as u32)
+    }
+
+    fn mark(&mut self) -> Result<PgMark> {
+        let (calls, ms) = match &self.statements {
+            Some(at) => {
+                let row = self
+                    .client
+                    .query_one(
+                        &format!(
+                            "SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time), 0)::float8 \
+                             FROM {at}.pg_stat_statements WHERE query ~ 'noisylab_(take|finish|submit)'"
+                        ),
+                        &[],
+                    )
+                    .map_err(db)?;
+                (row.get(0), row.get(1))
+            }
+            None => (0, 0.0),
+        };
+        Ok(PgMark {
+            calls,
+            ms,
+            lsn: self.one("SELECT pg_current_wal_insert_lsn()::text")?,
+            cpu_s: self.own_server_pid().and_then(server::cpu_s),
+        })
+    }
+
+    fn cost_since(&mut self, before: PgMark) -> Result<ServerCost> {
+        let wal: f64 = self
+            .client
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::text::pg_lsn)::float8",
+                &[&before.lsn],
+            )
+            .map_err(db)?
+            .get(0);
+        let after = self.mark()?;
+        let calls = (after.calls - before.calls).max(0);
+        Ok(ServerCost {
+            us_per_call: (self.statements.is_some() && calls > 0)
+                .then(|| (after.ms - before.ms) * 1e3 / calls as f64),
+            cpu_s: after.cpu_s.zip(before.cpu_s).map(|(a, b)| a - b),
+            calls: calls as u64,
+            bytes: None,
+            wal_bytes: Some(wal as u64),
+        })
+    }
+
+    fn now_us(&mut self) -> Result<u64> {
+        let us: i64 = self.one("SELECT nl_now()")?;
+        Ok(us as u64)
+    }
+
+    fn submit(&mut self, batch: &[Submit<'_>]) -> Result<Vec<(bool, i64)>> {
+        // One transaction a job (a takes waits for one job's submit, not a
+        // burst's), all in one round trip; numbers only, made here.
+        let mut sql = String::with_capacity(batch.len() * 64);
+        for j in batch {
+            let cost = j.cost.unwrap_or("NULL");
+            sql += &format!(
+                "BEGIN; SELECT * FROM noisylab_submit({}, {}, {cost}); COMMIT;",
+                j.job, j.queue
+            );
+        }
+        let replies = self.client.simple_query(&sql).map_err(db)?;
+        let out: Vec<(bool, i64)> = replies
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(row) => Some(row),
+                _ => None,
+            })
+            .map(|row| {
+                let ok = row.get(0) == Some("t");
+                let x = row.get(1).and_then(|x| x.parse().ok()).unwrap_or(0);
+                (ok, x)
+            })
+            .collect();
+        if out.len() != batch.len() {
+            bail!("{} replies to {} submits", out.len(), batch.len());
+        }
+        Ok(out)
+    }
+
+    fn expect(&mut self, n: u64) -> Result<()> {
+        self.client
+            .execute("SELECT noisylab_expect($1)", &[&(n as i64)])
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn wait_end(&mut self, wait: Duration) -> Result<bool> {
+        let end = format!("{}end", self.channel);
+        let mut heard = false;
+        let mut notes = self.client.notifications();
+        let mut it = notes.timeout_iter(wait);
+        while let Some(n) = it.next().map_err(db)? {
+            heard |= n.channel() == end;
+            if heard {
+                break;
+            }
+        }
+        Ok(heard)
+    }
+
+    fn stop_workers(&mut self, workers: u32) -> Result<()> {
+        self.tell(workers, worker::STOP)
+    }
+
+    fn figures(&mut self) -> Result<Vec<String>> {
+        let rows = self
+            .client
+            .query("SELECT text FROM figures", &[])
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn stamps(&mut self) -> Result<Vec<Stamp>> {
+        let rows = self
+            .client
+            .query(
+                "SELECT id, state::text, enqueued, started, finished, woke FROM job",
+                &[],
+            )
+            .map_err(db)?;
+        let mut out = Vec::with_capacity(rows.len() * 3);
+        for row in rows {
+            let job = row.get::<_, i64>(0) as u32;
+            let state: String = row.get(1);
+            let us = |k: usize| row.get::<_, Option<i64>>(k).map(|v| v as u64);
+            let enqueued = us(2).unwrap_or(0);
+            if state == "x" {
+                out.push(Stamp::Refused { job, us: enqueued });
+                continue;
+            }
+            let woke = row.get(5);
+            out.push(Stamp::Enqueued {
+                job,
+                us: enqueued,
+                woke,
+            });
+            if let Some(us) = us(3) {
+                out.push(Stamp::Started { job, us });
+            }
+            if let Some(us) = us(4) {
+                out.push(Stamp::Finished { job, us });
+            }
+        }
+        Ok(out)
+    }
+
+    fn halt(&mut self) -> Result<()> {
+        self.client
+            .execute("SELECT noisylab_halt()", &[])
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn end_run(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn quit(&mut self, _workers: u32) {
+        if let Ok(n) = self.joined() {
+            let _ = self.tell(n, worker::QUIT);
+        }
+        let _ = self
+            .client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+    }
+}
+
+/// The server's version; the SQL needs 9.5 (SKIP LOCKED, ON CONFLICT) and
+/// noisylab's reference is 15.
+fn server_version(client: &mut Client) -> Result<String> {
+    let row = client
+        .query_one(
+            "SELECT current_setting('server_version'), current_setting('server_version_num')::int",
+            &[],
+        )
+        .map_err(db)?;
+    let version: String = row.get(0);
+    let num: i32 = row.get(1);
+    if num < 90500 {
+        bail!("the PostgreSQL server is version {version}: noisylab's SQL needs 9.5 or later");
+    }
+    Ok(version
+        .split_whitespace()
+        .next()
+        .unwrap_or(&version)
+        .to_string())
+}

@@ -1,0 +1,350 @@
+//! On PostgreSQL (a cluster each test makes in a temp folder and stops,
+//! pass or fail): the SQL functions give the in-process schedulers' jobs
+//! and refusals; twenty takers at once take each job once and keep every
+//! cap; a lab on worker processes loses nothing and reproduces the model;
+//! the faults a user meets first end in one line; Ctrl-C leaves no server.
+//! Without PostgreSQL's binaries these pass without running and say so
+//! (with `NOISYLAB_REQUIRE_SERVERS=1`, CI, they fail instead).
+
+use std::path::Path;
+
+use noisylab::backend::coordinator::queue_name;
+use noisylab::backend::postgres::server::{self as pg_server, OwnedCluster};
+use noisylab::backend::postgres::{self as pg, PgBackend};
+use noisylab::backend::{ServerKind, Target};
+use noisylab::scenario::{Queue, Scenario};
+
+use super::{
+    Discipline, Functions, alive, children_named, equivalence, failed_run, lab_loses_nothing,
+    noisylab, one_at_a_time, server_plan, spawn_lab,
+};
+
+/// A cluster of the test's own (fsync off: the tests check rules, not
+/// durability), or `None` where PostgreSQL is missing and servers are not
+/// required.
+fn cluster() -> Option<OwnedCluster> {
+    if pg_server::binaries().is_none() {
+        assert!(
+            std::env::var_os("NOISYLAB_REQUIRE_SERVERS").is_none(),
+            "NOISYLAB_REQUIRE_SERVERS is set but {}",
+            pg_server::NOT_INSTALLED
+        );
+        eprintln!("skipped: {}", pg_server::NOT_INSTALLED);
+        return None;
+    }
+    Some(OwnedCluster::start(false).expect("a PostgreSQL cluster of the test's own"))
+}
+
+/// A connection on a schema of noisylab's functions.
+fn schema(url: &str, name: &str) -> postgres::Client {
+    let mut client = pg::connect(url).unwrap();
+    pg::make_schema(&mut client, name).unwrap();
+    client
+}
+
+/// The functions on one schema; each case's setup empties the queue.
+struct PgFunctions(postgres::Client);
+
+impl Functions for PgFunctions {
+    fn setup(&mut self, _case: u32, d: &Discipline) {
+        let opt = |v: Option<u32>| v.map_or(-1, |v| v as i32);
+        let no_durations: Vec<i64> = Vec::new();
+        self.0
+            .execute(
+                "SELECT noisylab_setup($1, $2, $3, $4, 'eq_', $5, $6)",
+                &[
+                    &queue_name(d.queue),
+                    &opt(d.cap),
+                    &opt(d.limit),
+                    &opt(d.reserve),
+                    &d.weights,
+                    &no_durations,
+                ],
+            )
+            .unwrap();
+    }
+
+    fn push(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32> {
+        let row = self
+            .0
+            .query_one(
+                "SELECT ok, waiting FROM noisylab_push($1, $2, $3)",
+                &[&i64::from(job), &(tenant as i32), &cost],
+            )
+            .unwrap();
+        if row.get(0) {
+            Ok(())
+        } else {
+            Err(row.get::<_, i32>(1) as u32)
+        }
+    }
+
+    fn pop(&mut self, idle: u32) -> Option<(u32, u32)> {
+        let row = self
+            .0
+            .query_one(
+                "SELECT tenant, job FROM noisylab_pop($1)",
+                &[&(idle as i32)],
+            )
+            .unwrap();
+        let (t, job): (Option<i32>, Option<i64>) = (row.get(0), row.get(1));
+        Some((t? as u32, job? as u32))
+    }
+
+    fn done(&mut self, tenant: u32) {
+        self.0
+            .execute("SELECT noisylab_done($1)", &[&(tenant as i32)])
+            .unwrap();
+    }
+}
+
+#[test]
+fn the_sql_functions_take_the_same_jobs_as_the_in_process_schedulers() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    equivalence(256, &mut PgFunctions(schema(&cluster.url, "eq")));
+}
+
+/// What one taker saw: (job, tenant, started, finished) by the stamps.
+type Ran = Vec<(i64, i32, i64, i64)>;
+
+#[test]
+fn twenty_takers_at_once_take_each_job_once_and_keep_every_cap() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    let mut c = schema(&cluster.url, "many");
+    for (queue, cap, reserve) in [
+        (Queue::Fifo, 3, -1),
+        (Queue::Fair, 2, -1),
+        (Queue::Vtc, 2, 1),
+    ] {
+        let no: Vec<f64> = Vec::new();
+        let none: Vec<i64> = Vec::new();
+        c.execute(
+            "SELECT noisylab_setup($1, $2, -1, $3, 'many_', $4, $5)",
+            &[&queue_name(queue), &cap, &reserve, &no, &none],
+        )
+        .unwrap();
+        // 600 jobs of 6 tenants, tenant 0 holding 70 % of them.
+        let jobs = 600i64;
+        for job in 0..jobs {
+            let tenant = if job % 10 < 7 {
+                0
+            } else {
+                (job % 5 + 1) as i32
+            };
+            c.execute("SELECT noisylab_submit($1, $2, 1)", &[&job, &tenant])
+                .unwrap();
+        }
+        let takers: Vec<_> = (1..=20)
+            .map(|me: i32| {
+                let url = cluster.url.clone();
+                std::thread::spawn(move || -> Result<(), postgres::Error> {
+                    let mut w = pg::connect(&url).unwrap();
+                    w.batch_execute("SET search_path TO many")?;
+                    let mut next =
+                        w.query_one("SELECT job, tenant FROM noisylab_take($1, false)", &[&me])?;
+                    while let (Some(job), Some(t)) =
+                        (next.get::<_, Option<i64>>(0), next.get::<_, Option<i32>>(1))
+                    {
+                        std::thread::sleep(std::time::Duration::from_micros(200));
+                        next = w.query_one(
+                            "SELECT job, tenant FROM noisylab_finish($1, $2, $3)",
+                            &[&me, &job, &t],
+                        )?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for t in takers {
+            // No deadlock, no serialization failure left to the caller.
+            t.join().unwrap().unwrap();
+        }
+        let ran: Ran = c
+            .query(
+                "SELECT id, tenant, started, finished FROM job WHERE state = 'f'",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect();
+        let what = queue_name(queue);
+        assert_eq!(ran.len() as i64, jobs, "{what}: every job ran once");
+        // By the stamps: a finish and a start at one microsecond are the
+        // finish first (one call: a worker's finish and its next start).
+        let mut events: Vec<(i64, i32, i32)> = ran
+            .iter()
+            .flat_map(|&(_, t, s, f)| [(s, 1, t), (f, -1, t)])
+            .collect();
+        events.sort();
+        let (mut per, mut most) = (std::collections::HashMap::<i32, i32>::new(), 0);
+        for (_, d, t) in events {
+            let n = per.entry(t).or_default();
+            *n += d;
+            most = most.max(*n);
+            // vtc lends idle workers past the cap when more than 1 is idle.
+            if reserve < 0 {
+                assert!(*n <= cap, "{what}: tenant {t} over its cap of {cap}");
+            }
+        }
+        assert!(most >= 2, "{what}: takers ran side by side");
+    }
+}
+
+#[test]
+fn a_lab_on_postgres_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
+    let _turn = one_at_a_time();
+    let Some(gate) = cluster() else { return };
+    drop(gate); // only the check; the backend makes its own
+    let plan = server_plan(ServerKind::Postgres, Target::Own, Some(2));
+    let mut backend = pg::start(&plan, 4).unwrap();
+    lab_loses_nothing(&mut backend);
+    let pid = backend.wire.own_server_pid().unwrap();
+    drop(backend);
+    assert!(!alive(pid), "the cluster stops with its lab");
+}
+
+#[test]
+fn the_smoke_lab_on_postgres_reproduces_the_model() {
+    let _turn = one_at_a_time();
+    let Some(gate) = cluster() else { return };
+    drop(gate);
+    let dir = tempfile::tempdir().unwrap();
+    let smoke = std::fs::read_to_string("lab/smoke.toml").unwrap()
+        + "\n[backend]\nurl = \"postgres\"\nprocesses = 2\n";
+    std::fs::write(dir.path().join("smoke.toml"), smoke).unwrap();
+    let out = noisylab(&["run", "smoke.toml", "-q", "--out", "."], dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let file = std::fs::read_dir(dir.path().join("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(v["backend"]["kind"], "postgres");
+    assert!(
+        v["backend"]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with(char::is_numeric)
+    );
+    let out = noisylab(&["validate", file.to_str().unwrap()], dir.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("reproduces the model"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `noisylab run lab/smoke.toml ARGS -q`: its one error line, which must
+/// hold `want`.
+fn fails_with(args: &[&str], want: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let smoke = std::fs::canonicalize("lab/smoke.toml").unwrap();
+    let mut all = vec!["run", smoke.to_str().unwrap()];
+    all.extend(args);
+    all.push("-q");
+    let out = noisylab(&all, dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("noisylab:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(lines[0].contains(want), "want {want:?} in {stderr:?}");
+}
+
+#[test]
+fn faults_on_postgres_end_in_one_line() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    // Nobody at that address; a role the cluster does not have.
+    let port = noisylab::backend::redis::server::free_port().unwrap();
+    let nobody = format!("postgres://noisylab@127.0.0.1:{port}/postgres");
+    fails_with(
+        &["--backend", &nobody],
+        "cannot reach the PostgreSQL database",
+    );
+    let stranger = cluster.url.replace("noisylab@", "stranger@");
+    fails_with(
+        &["--backend", &stranger],
+        "role \"stranger\" does not exist",
+    );
+    // A schema already there is refused, not reused.
+    let mut c = schema(&cluster.url, "taken");
+    let err = pg::make_schema(&mut c, "taken").unwrap_err().to_string();
+    assert!(err.contains("schema taken already exists"), "{err}");
+    // fsync is a setting of the lab's own cluster only.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = std::fs::read_to_string("lab/smoke.toml").unwrap()
+        + &format!("\n[backend]\nurl = \"{}\"\nfsync = false\n", cluster.url);
+    std::fs::write(dir.path().join("bad.toml"), bad).unwrap();
+    let out = noisylab(&["run", "bad.toml", "-q"], dir.path());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("backend.fsync: goes with a PostgreSQL cluster of the lab's own"),
+        "{out:?}"
+    );
+    // The server stops during a run: the run fails in one line naming the
+    // backend; the workers and the lab stop.
+    let s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
+    let plan = server_plan(
+        ServerKind::Postgres,
+        Target::Url(cluster.url.clone()),
+        Some(2),
+    );
+    let mut backend: PgBackend = pg::start(&plan, s.workers).unwrap();
+    let killer = {
+        let pid = cluster.pid();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            // SAFETY: a signal to the test's own postmaster (immediate
+            // shutdown: every backend ends).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGQUIT) };
+        })
+    };
+    let err = failed_run(&mut backend, &s);
+    killer.join().unwrap();
+    assert!(err.contains("the PostgreSQL backend failed"), "{err}");
+}
+
+#[test]
+fn ctrl_c_on_postgres_leaves_no_server_behind() {
+    let _turn = one_at_a_time();
+    let Some(gate) = cluster() else { return };
+    drop(gate);
+    let dir = tempfile::tempdir().unwrap();
+    let article = std::fs::canonicalize("lab/article.toml").unwrap();
+    let (child, ctrl_c) = spawn_lab(
+        dir.path(),
+        &["run", article.to_str().unwrap(), "--backend", "postgres"],
+    );
+    // The lab's own cluster: a postgres whose parent is the lab.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut own = Vec::new();
+    while own.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        own = children_named(child.id(), "postgres");
+    }
+    assert_eq!(own.len(), 1, "the lab started its cluster");
+    let lab_pid = child.id();
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    drop(ctrl_c); // Ctrl-C, once
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(!alive(own[0]), "no server left: {stderr}");
+    let left = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&format!("noisylab-pg-{lab_pid}-")))
+        .count();
+    assert_eq!(left, 0, "its folder removed");
+}
