@@ -50,10 +50,13 @@ test:
 # article lab, and the scale scenario's wall time and memory, without and
 # with the provider's limits and retrying clients; then the Redis functions'
 # throughput beside redis-benchmark and their server time at a million
-# queued jobs (skipped in one line without redis-server).
+# queued jobs (skipped in one line without redis-server); then the SQL
+# functions' take time by jobs queued, to a million, and their throughput
+# beside pgbench (skipped in one line without PostgreSQL).
 bench: build
 	$(CARGO) bench --locked --bench sched
 	$(CARGO) bench --locked --bench queue
+	$(CARGO) bench --locked --bench table
 	$(BIN) run lab/scale.toml --clock virtual --format json > /dev/null
 	$(BIN) run lab/scale-limits.toml --clock virtual --format json > /dev/null
 

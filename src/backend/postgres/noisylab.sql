@@ -76,15 +76,19 @@ CREATE TABLE cfg (
   vlast     float8 NOT NULL DEFAULT 0,
   -- fifo without a cap: the last job started (every queued job is newer).
   taken     bigint NOT NULL DEFAULT -1,
+  -- The last job submitted: a job's number must be greater.
+  newest    bigint NOT NULL DEFAULT -1,
   channel   text NOT NULL
 );
 -- Each job's hold, nanoseconds, for the workers to read once (apart from
 -- cfg: every call reads cfg whole).
 CREATE TABLE plan (durations bigint[] NOT NULL);
 
--- Jobs start in their tenant's order, so a take seeks past the last one
--- started (tenant.last, cfg.taken) rather than over the index entries that
--- started jobs leave until a vacuum.
+-- Jobs start in their tenant's order and their numbers grow with their
+-- submits (noisylab_submit refuses one that does not: with many
+-- submitters, number them inside the submit, after its lock), so a take
+-- seeks past the last one started (tenant.last, cfg.taken) rather than
+-- over the index entries that started jobs leave until a vacuum.
 CREATE TABLE job (
   id       bigint PRIMARY KEY,
   tenant   int NOT NULL,
@@ -203,6 +207,11 @@ CREATE FUNCTION nl_push(c cfg, p_job bigint, p_t int, p_cost float8, stamp bigin
 DECLARE
   r int; x float8; lo float8;
 BEGIN
+  IF p_job <= c.newest THEN
+    RAISE EXCEPTION 'noisylab: job % is not newer than the last submitted (%): numbers must grow with submits',
+      p_job, c.newest;
+  END IF;
+  UPDATE cfg SET newest = p_job;
   SELECT tenant.waiting, running INTO waiting, r FROM tenant WHERE t = p_t;
   IF NOT FOUND THEN
     INSERT INTO tenant (t) VALUES (p_t);
@@ -374,16 +383,18 @@ CREATE FUNCTION noisylab_join() RETURNS int LANGUAGE sql
 AS $$ SELECT nextval('worker_id')::int $$;
 
 -- submit(job, tenant, cost): (true, woke: an idle worker was woken for it)
--- or (false, waiting: refused by the queue limit).
+-- or (false, waiting: refused by the queue limit). job NULL: the next
+-- number, taken under the lock (for many submitters at once).
 CREATE FUNCTION noisylab_submit(p_job bigint, p_t int, p_cost float8,
                                 OUT ok boolean, OUT x int) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
   c cfg := nl_lock();
   stamp bigint := nl_now();
+  id bigint := coalesce(p_job, c.newest + 1);
   w int;
 BEGIN
-  SELECT p.ok, p.waiting INTO ok, x FROM nl_push(c, p_job, p_t, coalesce(p_cost, 1), stamp) p;
+  SELECT p.ok, p.waiting INTO ok, x FROM nl_push(c, id, p_t, coalesce(p_cost, 1), stamp) p;
   IF NOT ok THEN RETURN; END IF;
   SELECT * INTO c FROM cfg;
   x := 0;
@@ -391,7 +402,7 @@ BEGIN
     DELETE FROM idle WHERE worker = (SELECT worker FROM idle ORDER BY since LIMIT 1)
       RETURNING worker INTO w;
     UPDATE cfg SET idle = idle - 1, pending = pending + 1;
-    UPDATE job SET woke = true WHERE id = p_job;
+    UPDATE job SET woke = true WHERE job.id = noisylab_submit.id;
     PERFORM pg_notify(c.channel || w, 'wake');
     x := 1;
   END IF;

@@ -1,0 +1,272 @@
+//! `make bench`, the queue on PostgreSQL: what the SQL functions cost on a
+//! cluster of the bench's own (a temp folder, a free loopback port, fsync
+//! on as in the lab).
+//!
+//! - The curve: jobs queued (1,000 to 1,000,000, one tenant holding 90 %
+//!   of them, the rest one tenant a job or so: 100,000 tenants at a
+//!   million) against the time of a take (`noisylab_pop`, its own
+//!   transaction, timed by the client: the loopback round trip and the
+//!   commit's flush included; each job then finished, untimed),
+//!   for fifo, fair, fair with a cap of 4 and vtc; beside a window query
+//!   over `PARTITION BY tenant` on the same table (the kind of fair take
+//!   that sorts every queued job), timed a few times.
+//! - Throughput with `job_ms = 0`: 20 client threads submit, then 20 worker
+//!   threads take and finish (a finish and the next take in one call), for
+//!   fifo and fair; beside `pgbench`'s simple-update rate (`-N`, 20
+//!   clients) on the same cluster, in the same run.
+//!
+//! Without PostgreSQL's binaries it prints one line and exits 0.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use noisylab::backend::postgres::server::{self, OwnedCluster};
+use noisylab::backend::postgres::{self as pg};
+use noisylab::stats::{new_histogram, percentiles, record};
+use postgres::Client;
+
+const THREADS: i32 = 20;
+
+/// How much to measure: `cargo bench` passes `--bench`; `cargo test
+/// --all-targets` (in `make test`) runs this file without it, as a check
+/// that the bench still works, on a small share of the work.
+struct Size {
+    queued: &'static [i64],
+    timed: u32,
+    window_timed: u32,
+    jobs: i64,
+    pgbench_s: u32,
+}
+
+const FULL: Size = Size {
+    queued: &[1_000, 25_000, 100_000, 1_000_000],
+    timed: 2_000,
+    window_timed: 5,
+    jobs: 20_000,
+    pgbench_s: 10,
+};
+const CHECK: Size = Size {
+    queued: &[100, 1_000],
+    timed: 50,
+    window_timed: 1,
+    jobs: 200,
+    pgbench_s: 1,
+};
+
+fn main() {
+    if server::binaries().is_none() {
+        println!("bench table: skipped: {}", server::NOT_INSTALLED);
+        return;
+    }
+    let size = if std::env::args().any(|a| a == "--bench") {
+        &FULL
+    } else {
+        &CHECK
+    };
+    if let Err(e) = run(size) {
+        eprintln!("bench table: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(size: &Size) -> Result<()> {
+    let cluster = OwnedCluster::start(true)?;
+    let mut c = pg::connect(&cluster.url)?;
+    pg::make_schema(&mut c, "bench")?;
+    let version: String = c.query_one("SHOW server_version", &[])?.get(0);
+    println!("PostgreSQL {version}, a cluster of the bench's own (fsync on), loopback");
+    let ping = time_each(size.timed, || {
+        c.query_one("SELECT 1", &[])?;
+        Ok(())
+    })?;
+    println!("  round trip of SELECT 1: p50 {:.1} µs", ping.p50);
+    println!("\nA take's time (client-timed, one transaction), by jobs queued:");
+    println!(
+        "  {:>10} {:>8}  {:>22} {:>22} {:>22} {:>22}  {:>12}",
+        "queued", "tenants", "fifo p50 / p99", "fair", "fair, cap 4", "vtc", "window query"
+    );
+    for &n in size.queued {
+        let tenants = (n / 10).max(10);
+        let mut line = format!("  {n:>10} {tenants:>8}");
+        for (queue, cap) in [("fifo", -1), ("fair", -1), ("fair", 4), ("vtc", -1)] {
+            fill(&mut c, queue, cap, n, tenants)?;
+            // Each take timed, then its job finished (untimed).
+            let mut last = None;
+            let mut p = new_histogram();
+            for _ in 0..size.timed {
+                if let Some(t) = last.take() {
+                    c.execute("SELECT noisylab_done($1)", &[&t])?;
+                }
+                let t0 = Instant::now();
+                let row = c.query_one("SELECT tenant FROM noisylab_pop(1)", &[])?;
+                record(&mut p, t0.elapsed().as_nanos() as u64);
+                let t: Option<i32> = row.get(0);
+                last = Some(t.context("a take found nothing with jobs queued")?);
+            }
+            let p = percentiles(&p, 1e3);
+            line += &format!(" {:>10.0} / {:>7.0} µs", p.p50, p.p99);
+        }
+        let w = time_each(size.window_timed, || {
+            c.query_one(
+                "SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY tenant ORDER BY id) AS rn \
+                 FROM job WHERE state = 'q') r ORDER BY rn, id LIMIT 1",
+                &[],
+            )?;
+            Ok(())
+        })?;
+        line += &format!("  {:>9.2} ms", w.p50 / 1e3);
+        println!("{line}");
+    }
+    println!("\nThroughput, job_ms = 0, {THREADS} clients (jobs a second):");
+    for queue in ["fifo", "fair"] {
+        let (submit, drain) = throughput(&cluster.url, &mut c, queue, size.jobs)?;
+        println!("  {queue:<5} submit {submit:>8.0}   take and finish {drain:>8.0}");
+    }
+    let tps = pgbench(&cluster.url, size.pgbench_s)?;
+    println!("  pgbench -N (simple update), {THREADS} clients: {tps:.0} transactions a second");
+    Ok(())
+}
+
+/// A queue of `queue` (with `cap`, -1: none) holding `n` jobs of `tenants`
+/// tenants, tenant 0 holding 90 %, loaded in bulk in the state the
+/// functions would leave.
+fn fill(c: &mut Client, queue: &str, cap: i32, n: i64, tenants: i64) -> Result<()> {
+    let none: (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+    c.execute(
+        "SELECT noisylab_setup($1, $2, -1, -1, 'bench_', $3, $4)",
+        &[&queue, &cap, &none.0, &none.1],
+    )?;
+    c.execute(
+        "INSERT INTO job (id, tenant, state, enqueued) SELECT g, \
+           CASE WHEN g % 10 < 9 THEN 0 ELSE 1 + (g / 10) % ($2::bigint - 1) END, 'q', 0 \
+         FROM generate_series(0, $1::bigint - 1) g",
+        &[&n, &tenants],
+    )?;
+    // fifo with a cap: each tenant ready at its oldest job; fair: in line
+    // (the ring, by oldest job); vtc: all ready, counters 0.
+    c.execute(
+        "INSERT INTO tenant (t, waiting, lane, ready, vready) \
+         SELECT tenant, count(*), 1, \
+           CASE WHEN $1 = 'fair' THEN row_number() OVER (ORDER BY min(id)) \
+                WHEN $1 = 'fifo' AND $2 >= 0 THEN min(id) END, \
+           $1 = 'vtc' \
+         FROM job GROUP BY tenant",
+        &[&queue, &cap],
+    )?;
+    c.execute(
+        "UPDATE cfg SET queued = $1, runnable = (SELECT sum(least(waiting, cap)) FROM tenant)",
+        &[&n],
+    )?;
+    c.batch_execute("ANALYZE job; ANALYZE tenant; CHECKPOINT")?;
+    Ok(())
+}
+
+fn time_each(
+    times: u32,
+    mut call: impl FnMut() -> Result<()>,
+) -> Result<noisylab::stats::Percentiles> {
+    let mut h = new_histogram();
+    for _ in 0..times {
+        let t = Instant::now();
+        call()?;
+        record(&mut h, t.elapsed().as_nanos() as u64);
+    }
+    Ok(percentiles(&h, 1e3))
+}
+
+/// (submits a second, takes and finishes a second) of `jobs` jobs of 21
+/// tenants, by 20 threads each.
+fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<(f64, f64)> {
+    let none: (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+    c.execute(
+        "SELECT noisylab_setup($1, -1, -1, -1, 'bench_', $2, $3)",
+        &[&queue, &none.0, &none.1],
+    )?;
+    // Numbered by the server, under its lock: submits from many clients.
+    let submit = parallel(url, move |me, w| {
+        let mut job = i64::from(me - 1);
+        while job < jobs {
+            w.execute(
+                "SELECT noisylab_submit(NULL, $1, 1)",
+                &[&((job % 21) as i32)],
+            )?;
+            job += i64::from(THREADS);
+        }
+        Ok(())
+    })?;
+    let drain = parallel(url, |me, w| {
+        let mut next = w.query_one("SELECT job, tenant FROM noisylab_take($1, false)", &[&me])?;
+        while let (Some(job), Some(t)) =
+            (next.get::<_, Option<i64>>(0), next.get::<_, Option<i32>>(1))
+        {
+            next = w.query_one(
+                "SELECT job, tenant FROM noisylab_finish($1, $2, $3)",
+                &[&me, &job, &t],
+            )?;
+        }
+        Ok(())
+    })?;
+    let done: i64 = c
+        .query_one("SELECT count(*) FROM job WHERE state = 'f'", &[])?
+        .get(0);
+    if done != jobs {
+        let left: Vec<String> = c
+            .query(
+                "SELECT id || ' ' || tenant || ' ' || state::text FROM job WHERE state <> 'f'",
+                &[],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let cfg: String = c.query_one("SELECT cfg::text FROM cfg", &[])?.get(0);
+        bail!("{queue}: {done} of {jobs} jobs finished; left {left:?}; {cfg}");
+    }
+    Ok((jobs as f64 / submit, jobs as f64 / drain))
+}
+
+/// Seconds for `THREADS` threads, each on its own connection, to run `work`.
+fn parallel(
+    url: &str,
+    work: impl Fn(i32, &mut Client) -> Result<()> + Send + Sync + Copy + 'static,
+) -> Result<f64> {
+    let started = Instant::now();
+    let handles: Vec<_> = (1..=THREADS)
+        .map(|me| {
+            let url = url.to_string();
+            std::thread::spawn(move || -> Result<()> {
+                let mut w = pg::connect(&url)?;
+                w.batch_execute("SET search_path TO bench")?;
+                work(me, &mut w)
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a thread panicked"))??;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// pgbench's simple-update transactions a second, 20 clients.
+fn pgbench(url: &str, seconds: u32) -> Result<f64> {
+    let bin = server::binaries().context("no PostgreSQL binaries")?;
+    let exe = bin.join("pgbench");
+    let init = std::process::Command::new(&exe)
+        .args(["-i", "-s", "1", "-q", url])
+        .output()
+        .with_context(|| format!("cannot run {}", exe.display()))?;
+    if !init.status.success() {
+        bail!(
+            "pgbench -i failed: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+    }
+    let out = std::process::Command::new(&exe)
+        .args(["-N", "-n", "-c", &THREADS.to_string(), "-j", "2"])
+        .args(["-T", &seconds.to_string(), url])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("tps = ")?.split(' ').next()?.parse().ok())
+        .with_context(|| format!("no tps in pgbench's output: {text}"))
+}
