@@ -391,10 +391,10 @@ CREATE FUNCTION noisylab_submit(p_job bigint, p_t int, p_cost float8,
 DECLARE
   c cfg := nl_lock();
   stamp bigint := nl_now();
-  id bigint := coalesce(p_job, c.newest + 1);
+  new_id bigint := coalesce(p_job, c.newest + 1);
   w int;
 BEGIN
-  SELECT p.ok, p.waiting INTO ok, x FROM nl_push(c, id, p_t, coalesce(p_cost, 1), stamp) p;
+  SELECT p.ok, p.waiting INTO ok, x FROM nl_push(c, new_id, p_t, coalesce(p_cost, 1), stamp) p;
   IF NOT ok THEN RETURN; END IF;
   SELECT * INTO c FROM cfg;
   x := 0;
@@ -402,7 +402,7 @@ BEGIN
     DELETE FROM idle WHERE worker = (SELECT worker FROM idle ORDER BY since LIMIT 1)
       RETURNING worker INTO w;
     UPDATE cfg SET idle = idle - 1, pending = pending + 1;
-    UPDATE job SET woke = true WHERE job.id = noisylab_submit.id;
+    UPDATE job SET woke = true WHERE id = new_id;
     PERFORM pg_notify(c.channel || w, 'wake');
     x := 1;
   END IF;
