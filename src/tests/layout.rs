@@ -106,7 +106,8 @@ fn library_files() -> Vec<SourceFile> {
         .into_iter()
         .filter_map(|path| {
             let module = module_path(path.strip_prefix("src").unwrap());
-            if ["lib", "main", "bench", "bench_queue", "bench_table"].contains(&module[0].as_str()) {
+            if ["lib", "main", "bench", "bench_queue", "bench_table"].contains(&module[0].as_str())
+            {
                 return None;
             }
             let text = std::fs::read_to_string(&path).unwrap();
