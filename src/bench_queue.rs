@@ -52,7 +52,7 @@ const CHECK: Size = Size {
 };
 
 fn main() {
-    if server::on_path("redis-server").is_none() {
+    if noisylab::backend::process::on_path("redis-server").is_none() {
         println!("bench queue: skipped: {}", server::NOT_INSTALLED);
         return;
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::{Backend, RunError, RunInput, RunRecord};
+use super::{Backend, RunError, RunInput, RunRecord, ServerKind};
 use crate::engine::clock::sleep_until_blocking;
 use crate::engine::traffic::Refusal;
 use crate::engine::{Fate, JobRecord, NEVER, Nanos, stats_from_records};
@@ -98,8 +98,8 @@ pub struct ServerCost {
 pub trait Wire {
     /// Counters read before a run, to take from those after it.
     type Mark;
-    /// What the results file says: "redis" or "postgres", the version.
-    fn kind(&self) -> &'static str;
+    /// Which server, and its version, as the results file says.
+    fn kind(&self) -> ServerKind;
     fn version(&self) -> &str;
     /// What a worker is given to join: `--backend URL --run ID`.
     fn url(&self) -> &str;
@@ -125,6 +125,8 @@ pub trait Wire {
     fn wait_end(&mut self, wait: Duration) -> Result<bool>;
     /// Tell `workers` workers the run is over.
     fn stop_workers(&mut self, workers: u32) -> Result<()>;
+    /// Workers that have left the run.
+    fn left(&mut self) -> Result<u32>;
     /// What each worker that left the run measured: "RTT LATE" histograms.
     fn figures(&mut self) -> Result<Vec<String>>;
     /// Every stamp of the run.
@@ -188,7 +190,7 @@ impl<W: Wire> Coordinator<W> {
                 .args(["--workers", &share.to_string()])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null());
-            super::redis::server::die_with_parent(&mut cmd);
+            super::process::die_with_parent(&mut cmd);
             self.children
                 .push(cmd.spawn().context("cannot start a worker process")?);
         }
@@ -417,7 +419,7 @@ impl<W: Wire> Coordinator<W> {
     ) -> Result<(hdrhistogram::Histogram<u64>, hdrhistogram::Histogram<u64>)> {
         self.wire.stop_workers(self.workers)?;
         let workers = self.workers;
-        self.wait_for(JOIN_OWN, |w| Ok(w.figures()?.len() as u32 >= workers))
+        self.wait_for(JOIN_OWN, |w| Ok(w.left()? >= workers))
             .context("the workers did not end the run")?;
         let (mut rtt, mut late) = (new_histogram(), new_histogram());
         for text in self.wire.figures()? {
@@ -449,7 +451,7 @@ impl<W: Wire> Backend for Coordinator<W> {
 
     fn facts(&self) -> Option<BackendFacts> {
         Some(BackendFacts {
-            kind: self.wire.kind().to_string(),
+            kind: self.wire.kind().name().to_string(),
             version: self.wire.version().to_string(),
             processes: self.processes,
         })
@@ -477,13 +479,8 @@ struct Submitted {
     retry_after_s_max: u64,
 }
 
-fn self_failed(kind: &str, e: anyhow::Error) -> RunError {
-    let name = match kind {
-        "redis" => "Redis",
-        "postgres" => "PostgreSQL",
-        other => other,
-    };
-    RunError::Failed(e.context(format!("the {name} backend failed")))
+fn self_failed(kind: ServerKind, e: anyhow::Error) -> RunError {
+    RunError::Failed(e.context(format!("the {} backend failed", kind.title())))
 }
 
 /// A fresh id for a lab's data: this process and the clock, in hex.

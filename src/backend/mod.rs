@@ -13,10 +13,12 @@
 //!   in one trait ([`coordinator::Wire`]), implemented by
 //! - [`redis`]: the disciplines as functions inside a Redis server, and
 //! - [`postgres`]: the disciplines as SQL functions over a job table;
-//! - [`worker`]: the worker processes' loop, the same on every server.
+//! - [`worker`]: the worker processes' loop, the same on every server;
+//! - [`process`]: starting servers and workers as child processes.
 
 pub mod coordinator;
 pub mod postgres;
+pub mod process;
 pub mod redis;
 pub mod worker;
 
@@ -51,6 +53,14 @@ impl ServerKind {
         match self {
             ServerKind::Redis => "redis",
             ServerKind::Postgres => "postgres",
+        }
+    }
+
+    /// As a sentence names it.
+    pub fn title(self) -> &'static str {
+        match self {
+            ServerKind::Redis => "Redis",
+            ServerKind::Postgres => "PostgreSQL",
         }
     }
 }

@@ -20,9 +20,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::backend::{
-    Backend, InProcess, QueueBackend, RunError, RunInput, ServerKind, block_on_ready,
-};
+use crate::backend::{Backend, InProcess, QueueBackend, RunError, RunInput, block_on_ready};
 use crate::calibrate::{self, CalibratePlan};
 use crate::engine::{self, JobRecord, Pool, RunStats, Timer, VirtualClock, load};
 use crate::machine::Machine;
@@ -250,10 +248,7 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
     let QueueBackend::Server(server) = &plan.backend else {
         return Ok(());
     };
-    let (kind, name) = match server.server {
-        ServerKind::Redis => ("redis", "Redis"),
-        ServerKind::Postgres => ("postgres", "PostgreSQL"),
-    };
+    let (kind, name) = (server.server.name(), server.server.title());
     let s = &plan.scenario;
     if plan.clock == ClockKind::Virtual {
         anyhow::bail!(

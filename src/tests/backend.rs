@@ -80,7 +80,7 @@ fn figures_from_the_records_alone_equal_the_engines_own() {
 /// A server of the test's own, or `None` (said once on stderr) where
 /// `redis-server` is missing and servers are not required.
 fn server() -> Option<OwnedServer> {
-    if server::on_path("redis-server").is_none() {
+    if noisylab::backend::process::on_path("redis-server").is_none() {
         assert!(
             std::env::var_os("NOISYLAB_REQUIRE_SERVERS").is_none(),
             "NOISYLAB_REQUIRE_SERVERS is set but {}",
@@ -484,10 +484,18 @@ fn the_smoke_lab_on_redis_reproduces_the_model() {
     let _turn = one_at_a_time();
     let Some(_gate) = server() else { return };
     drop(_gate);
+    let v = smoke_lab_reproduces_the_model("redis");
+    assert_eq!(v["backend"]["processes"], 2);
+}
+
+/// The smoke lab on a server of its own of `kind` (`redis`, `postgres`),
+/// named by the scenario's `[backend]` with 2 processes, not the command
+/// line; its results file names the backend and `validate` finds it
+/// reproduces the model. The results file.
+fn smoke_lab_reproduces_the_model(kind: &str) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
-    // The scenario names its backend; the command line does not.
     let smoke = std::fs::read_to_string("lab/smoke.toml").unwrap()
-        + "\n[backend]\nurl = \"redis\"\nprocesses = 2\n";
+        + &format!("\n[backend]\nurl = \"{kind}\"\nprocesses = 2\n");
     std::fs::write(dir.path().join("smoke.toml"), smoke).unwrap();
     let out = noisylab(&["run", "smoke.toml", "-q", "--out", "."], dir.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -500,8 +508,7 @@ fn the_smoke_lab_on_redis_reproduces_the_model() {
         .path();
     let text = std::fs::read_to_string(&file).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["backend"]["kind"], "redis");
-    assert_eq!(v["backend"]["processes"], 2);
+    assert_eq!(v["backend"]["kind"], kind);
     let out = noisylab(&["validate", file.to_str().unwrap()], dir.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -509,6 +516,7 @@ fn the_smoke_lab_on_redis_reproduces_the_model() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    v
 }
 
 #[test]
@@ -528,7 +536,7 @@ fn faults_a_user_meets_first_end_in_one_line() {
         assert!(line.contains(want), "want {want:?} in {stderr:?}");
     };
     // No server at that address.
-    let port = server::free_port().unwrap();
+    let port = noisylab::backend::process::free_port().unwrap();
     let url = format!("redis://127.0.0.1:{port}/");
     one_line(
         &noisylab(&["run", smoke, "--backend", &url, "-q"], dir.path()),
@@ -728,24 +736,33 @@ fn ctrl_c_on_redis_leaves_no_server_behind() {
     let _turn = one_at_a_time();
     let Some(_gate) = server() else { return };
     drop(_gate);
+    ctrl_c_leaves_no_server("redis", "redis-server", 10, 1500);
+}
+
+/// The article lab on a server of its own (`--backend kind`), interrupted
+/// once `settle_ms` after its server (a `name` process whose parent is the
+/// lab, up within `start_s`) is up: it exits 130 and the server is gone.
+/// The lab's pid.
+fn ctrl_c_leaves_no_server(kind: &str, name: &str, start_s: u64, settle_ms: u64) -> u32 {
     let dir = tempfile::tempdir().unwrap();
     let article = std::fs::canonicalize("lab/article.toml").unwrap();
     let article = article.to_str().unwrap();
-    let (child, ctrl_c) = spawn_lab(dir.path(), &["run", article, "--backend", "redis"]);
-    // The lab's own server: a redis-server whose parent is the lab.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (child, ctrl_c) = spawn_lab(dir.path(), &["run", article, "--backend", kind]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(start_s);
     let mut own = Vec::new();
     while own.is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
-        own = children_named(child.id(), "redis-server");
+        own = children_named(child.id(), name);
     }
     assert_eq!(own.len(), 1, "the lab started its server");
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let lab = child.id();
+    std::thread::sleep(std::time::Duration::from_millis(settle_ms));
     drop(ctrl_c); // Ctrl-C, once
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(!alive(own[0]), "no server left: {stderr}");
+    lab
 }
 
 #[test]

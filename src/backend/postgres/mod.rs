@@ -20,7 +20,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, SimpleQueryMessage};
 
 use super::coordinator::{Coordinator, ServerCost, Setup, Stamp, Submit, Wire, lab_id, queue_name};
-use super::{ServerPlan, Target};
+use super::{ServerKind, ServerPlan, Target};
 use server::OwnedCluster;
 
 /// The schema and its functions, as `noisylab scripts postgres` prints it.
@@ -186,8 +186,8 @@ impl PgWire {
 impl Wire for PgWire {
     type Mark = PgMark;
 
-    fn kind(&self) -> &'static str {
-        "postgres"
+    fn kind(&self) -> ServerKind {
+        ServerKind::Postgres
     }
 
     fn version(&self) -> &str {
@@ -342,6 +342,11 @@ impl Wire for PgWire {
 
     fn stop_workers(&mut self, workers: u32) -> Result<()> {
         self.tell(workers, worker::STOP)
+    }
+
+    fn left(&mut self) -> Result<u32> {
+        let n: i64 = self.one("SELECT count(*) FROM figures")?;
+        Ok(n as u32)
     }
 
     fn figures(&mut self) -> Result<Vec<String>> {

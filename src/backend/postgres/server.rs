@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::backend::redis::server::{die_with_parent, free_port, on_path};
+use crate::backend::process::{die_with_parent, free_port, on_path};
 
 /// The message for a machine without the server's binaries.
 pub const NOT_INSTALLED: &str = "PostgreSQL's initdb and postgres are not on PATH nor under \

@@ -18,7 +18,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use redis::{Client, Connection, cmd};
 
 use super::coordinator::{Coordinator, ServerCost, Setup, Stamp, Submit, Wire, lab_id, queue_name};
-use super::{ServerPlan, Target};
+use super::{ServerKind, ServerPlan, Target};
 use crate::scenario::Queue;
 use server::OwnedServer;
 
@@ -143,8 +143,8 @@ impl RedisWire {
 impl Wire for RedisWire {
     type Mark = ServerStats;
 
-    fn kind(&self) -> &'static str {
-        "redis"
+    fn kind(&self) -> ServerKind {
+        ServerKind::Redis
     }
 
     fn version(&self) -> &str {
@@ -259,6 +259,12 @@ impl Wire for RedisWire {
     fn stop_workers(&mut self, workers: u32) -> Result<()> {
         let key = format!("{}wake", self.p);
         self.push_n(&key, worker::STOP, workers)
+    }
+
+    fn left(&mut self) -> Result<u32> {
+        Ok(cmd("LLEN")
+            .arg(format!("{}rtt", self.p))
+            .query(&mut self.con)?)
     }
 
     fn figures(&mut self) -> Result<Vec<String>> {

@@ -15,8 +15,8 @@ use noisylab::backend::{ServerKind, Target};
 use noisylab::scenario::{Queue, Scenario};
 
 use super::{
-    Discipline, Functions, alive, children_named, equivalence, failed_run, lab_loses_nothing,
-    noisylab, one_at_a_time, server_plan, spawn_lab,
+    Discipline, Functions, alive, ctrl_c_leaves_no_server, equivalence, failed_run,
+    lab_loses_nothing, noisylab, one_at_a_time, server_plan, smoke_lab_reproduces_the_model,
 };
 
 /// A cluster of the test's own (fsync off: the tests check rules, not
@@ -211,34 +211,12 @@ fn the_smoke_lab_on_postgres_reproduces_the_model() {
     let _turn = one_at_a_time();
     let Some(gate) = cluster() else { return };
     drop(gate);
-    let dir = tempfile::tempdir().unwrap();
-    let smoke = std::fs::read_to_string("lab/smoke.toml").unwrap()
-        + "\n[backend]\nurl = \"postgres\"\nprocesses = 2\n";
-    std::fs::write(dir.path().join("smoke.toml"), smoke).unwrap();
-    let out = noisylab(&["run", "smoke.toml", "-q", "--out", "."], dir.path());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let file = std::fs::read_dir(dir.path().join("runs"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    assert_eq!(v["backend"]["kind"], "postgres");
+    let v = smoke_lab_reproduces_the_model("postgres");
     assert!(
         v["backend"]["version"]
             .as_str()
             .unwrap()
             .starts_with(char::is_numeric)
-    );
-    let out = noisylab(&["validate", file.to_str().unwrap()], dir.path());
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("reproduces the model"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }
 
@@ -266,7 +244,7 @@ fn faults_on_postgres_end_in_one_line() {
     let _turn = one_at_a_time();
     let Some(cluster) = cluster() else { return };
     // Nobody at that address; a role the cluster does not have.
-    let port = noisylab::backend::redis::server::free_port().unwrap();
+    let port = noisylab::backend::process::free_port().unwrap();
     let nobody = format!("postgres://noisylab@127.0.0.1:{port}/postgres");
     fails_with(
         &["--backend", &nobody],
@@ -320,31 +298,11 @@ fn ctrl_c_on_postgres_leaves_no_server_behind() {
     let _turn = one_at_a_time();
     let Some(gate) = cluster() else { return };
     drop(gate);
-    let dir = tempfile::tempdir().unwrap();
-    let article = std::fs::canonicalize("lab/article.toml").unwrap();
-    let (child, ctrl_c) = spawn_lab(
-        dir.path(),
-        &["run", article.to_str().unwrap(), "--backend", "postgres"],
-    );
-    // The lab's own cluster: a postgres whose parent is the lab.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut own = Vec::new();
-    while own.is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        own = children_named(child.id(), "postgres");
-    }
-    assert_eq!(own.len(), 1, "the lab started its cluster");
-    let lab_pid = child.id();
-    std::thread::sleep(std::time::Duration::from_millis(3000));
-    drop(ctrl_c); // Ctrl-C, once
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(!alive(own[0]), "no server left: {stderr}");
+    let lab = ctrl_c_leaves_no_server("postgres", "postgres", 30, 3000);
     let left = std::fs::read_dir(std::env::temp_dir())
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with(&format!("noisylab-pg-{lab_pid}-")))
+        .filter(|n| n.starts_with(&format!("noisylab-pg-{lab}-")))
         .count();
     assert_eq!(left, 0, "its folder removed");
 }
