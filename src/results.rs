@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::calibrate::Calibration;
 use crate::engine::clock::Timer;
+pub use crate::engine::lateness::Lateness;
 use crate::machine::Machine;
 use crate::output::warnings::Warning;
 use crate::scenario::{Discipline, Scenario};
@@ -131,6 +132,9 @@ pub struct StrategyResults {
     pub median: Figures,
     pub min: Figures,
     pub max: Figures,
+    /// The runs' late jobs and arrivals, summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<Lateness>,
     pub runs: Vec<RunResult>,
 }
 
@@ -140,6 +144,11 @@ pub struct RunResult {
     pub seed: u64,
     #[serde(flatten)]
     pub figures: Figures,
+    /// In this process on real timers: the jobs and arrivals late by more
+    /// than 0.2 ms, by cause (files from before it was measured, virtual
+    /// runs and runs on a queue have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<Lateness>,
     /// Histograms and traces; left out of `--format json` on stdout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<RawRun>,

@@ -306,6 +306,7 @@ impl<W: Wire> Coordinator<W> {
             jobs,
             stats,
             queue: Some(queue),
+            late: None,
         })
     }
 

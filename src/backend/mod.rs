@@ -25,6 +25,7 @@ pub mod worker;
 use std::sync::atomic::AtomicBool;
 
 use crate::engine::clock::{Drivers, RealClock, Timer, VirtualClock, runtime};
+use crate::engine::lateness::Lateness;
 use crate::engine::{self, JobRecord, Pool, RunStats};
 use crate::results::{BackendFacts, QueueFigures};
 use crate::scenario::{Scenario, Strategy};
@@ -119,6 +120,9 @@ pub struct RunRecord {
     pub jobs: Vec<JobRecord>,
     pub stats: RunStats,
     pub queue: Option<QueueFigures>,
+    /// In this process on real timers: the late jobs and arrivals by cause
+    /// (on a queue the worker processes time the jobs: not attributed).
+    pub late: Option<Lateness>,
 }
 
 /// Why a run has no record.
@@ -179,10 +183,12 @@ impl Backend for InProcess {
             mut sched,
             ..
         } = input;
-        let (jobs, stats) = match self {
+        let (jobs, stats, late) = match self {
             InProcess::Virtual => {
                 let mut clock = VirtualClock::new();
-                block_on_ready(engine::run(&mut clock, pool, &mut sched, plan, seed, stop))?
+                let (jobs, stats) =
+                    block_on_ready(engine::run(&mut clock, pool, &mut sched, plan, seed, stop))?;
+                (jobs, stats, None)
             }
             InProcess::Real {
                 runtime,
@@ -190,13 +196,16 @@ impl Backend for InProcess {
                 margin,
             } => {
                 let mut clock = RealClock::with_margin(*timer, *margin);
-                runtime.block_on(engine::run(&mut clock, pool, &mut sched, plan, seed, stop))?
+                let (jobs, stats) = runtime
+                    .block_on(engine::run(&mut clock, pool, &mut sched, plan, seed, stop))?;
+                (jobs, stats, clock.lateness())
             }
         };
         Ok(RunRecord {
             jobs,
             stats,
             queue: None,
+            late,
         })
     }
 }

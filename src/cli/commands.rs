@@ -180,7 +180,7 @@ pub fn validate(opts: &ValidateOpts) -> Result<i32> {
     println!("{}: against the model on the same seeds\n", path.display());
     print!(
         "{}",
-        crate::report::validation::render_model(&model, UTF8_FULL_CONDENSED)
+        crate::report::validation::render_model(&model, &results, UTF8_FULL_CONDENSED)
     );
     print!("{}", crate::report::validation::render_causes(&results));
     let seeds = crate::validate::bands::DEFAULT_SEEDS;
@@ -197,8 +197,15 @@ pub fn validate(opts: &ValidateOpts) -> Result<i32> {
         "{}",
         crate::report::validation::render(&v, UTF8_FULL_CONDENSED)
     );
-    // The headline decides: a real-clock file passes when this machine
-    // reproduces the model; a virtual one, the model itself, by the claims.
+    // The headline decides, and is said again last: a real-clock file
+    // passes when this machine reproduces the model; a virtual one, the
+    // model itself, by the claims.
+    if model.not_run.is_none() {
+        println!(
+            "\n{}",
+            crate::report::validation::verdict_line(&model, &results)
+        );
+    }
     let passed = match model.not_run {
         None => model.reproduces(),
         Some(_) => v.passed(),

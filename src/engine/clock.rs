@@ -5,6 +5,8 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use super::Nanos;
+use super::lateness::{Late, LateLog, Lateness, Wake};
+use crate::machine::ThreadProbe;
 
 /// Where the engine reads the time and waits for the next event.
 pub trait Clock {
@@ -16,6 +18,13 @@ pub trait Clock {
     /// modelled overshoot on the virtual clock, nothing on the real one
     /// (where the timers add their own).
     fn model_overshoot(&self, pool: &super::Pool) -> Nanos;
+    /// An event due at `due` was handled at `now` (the real clock keeps the
+    /// late ones, to explain them).
+    #[inline]
+    fn handled(&mut self, _due: Nanos, _now: Nanos, _kind: Late) {}
+    /// Every event due at the wake has been handled.
+    #[inline]
+    fn settle(&mut self) {}
 }
 
 /// A clock that jumps straight to the next event: runs are deterministic for
@@ -98,7 +107,17 @@ pub struct RealClock {
     origin: Instant,
     timer: Timer,
     margin: Duration,
+    /// The loop thread's kernel counters (`None` off Linux: nothing is
+    /// attributed).
+    probe: Option<ThreadProbe>,
+    /// The wake being handled, and the late events so far.
+    wake: Wake,
+    late: LateLog,
 }
+
+/// The counters are read after an OS sleep only with at least this much
+/// spin left, so the read never delays the instant.
+const SAMPLE_SLACK: Nanos = 50_000;
 
 impl RealClock {
     /// A clock whose precise timer spins the last [`PRECISE_MARGIN`].
@@ -106,13 +125,28 @@ impl RealClock {
         RealClock::with_margin(timer, PRECISE_MARGIN)
     }
 
+    /// A clock for the calling thread (its counters explain late wakes).
     pub fn with_margin(timer: Timer, margin: Duration) -> RealClock {
         tighten_timer_slack();
         RealClock {
             origin: Instant::now(),
             timer,
             margin,
+            probe: ThreadProbe::open(),
+            wake: Wake::default(),
+            late: LateLog::new(),
         }
+    }
+
+    /// The run's late jobs and arrivals by cause (`None` where the OS gives
+    /// no per-thread counters).
+    pub fn lateness(self) -> Option<Lateness> {
+        self.probe.is_some().then(|| self.late.finish())
+    }
+
+    fn sample(&mut self) -> Option<crate::machine::ThreadSample> {
+        let now = self.now();
+        self.probe.as_mut().map(|p| p.sample(now))
     }
 }
 
@@ -124,15 +158,47 @@ impl Clock for RealClock {
 
     async fn sleep_until(&mut self, t: Nanos) {
         let target = self.origin + Duration::from_nanos(t);
-        match self.timer {
-            Timer::Tokio => tokio::time::sleep_until(target.into()).await,
-            Timer::Precise => precise_sleep_until(target, self.margin).await,
+        self.wake = Wake {
+            target: t,
+            before: if t > self.now() { self.sample() } else { None },
+            ..Wake::default()
+        };
+        let coarse = match self.timer {
+            Timer::Tokio => Some(target),
+            Timer::Precise => target
+                .checked_sub(self.margin)
+                .filter(|c| *c > Instant::now()),
+        };
+        if let Some(coarse) = coarse {
+            tokio::time::sleep_until(coarse.into()).await;
+            let slept = self.now();
+            self.wake.slept_until = Some(slept);
+            if slept + SAMPLE_SLACK < t {
+                self.wake.after_sleep = self.sample();
+            }
         }
+        while Instant::now() < target {
+            std::hint::spin_loop();
+        }
+        self.wake.woke = self.now();
     }
 
     #[inline]
     fn model_overshoot(&self, _pool: &super::Pool) -> Nanos {
         0
+    }
+
+    #[inline]
+    fn handled(&mut self, due: Nanos, now: Nanos, kind: Late) {
+        self.late.handled(due, now, kind);
+    }
+
+    fn settle(&mut self) {
+        if self.late.any_late()
+            && let Some(end) = self.sample()
+        {
+            self.late.settle(&self.wake, &end);
+        }
     }
 }
 

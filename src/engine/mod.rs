@@ -12,6 +12,7 @@
 //!   with no thread hop or channel between enqueue and start.
 
 pub mod clock;
+pub mod lateness;
 pub mod limiter;
 pub mod load;
 pub mod traffic;
@@ -350,6 +351,7 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                     _ => break,
                 }
             }
+            self.clock.settle();
         }
         Ok(())
     }
@@ -395,7 +397,8 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     }
 
     fn complete(&mut self, now: Nanos) {
-        let Reverse((_, id)) = self.running.pop().expect("a completion is due");
+        let Reverse((due, id)) = self.running.pop().expect("a completion is due");
+        self.clock.handled(due, now, lateness::Late::Job);
         self.occupancy.advance(now, self.idle);
         let job = &mut self.jobs[id as usize];
         let (tenant, queue, out) = (job.tenant, job.queue(self.pool.by_key), job.tokens_out);
@@ -421,6 +424,8 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     fn arrive(&mut self, now: Nanos) {
         let id = self.next;
         self.next += 1;
+        self.clock
+            .handled(self.jobs[id].planned, now, lateness::Late::Arrival);
         self.submit(now, id as JobId);
     }
 

@@ -344,6 +344,7 @@ fn run_once(
         plan.keep_raw,
     );
     run.figures.queue = record.queue;
+    run.late = record.late;
     Ok(run)
 }
 

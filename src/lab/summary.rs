@@ -113,7 +113,12 @@ pub fn run(
         queue: None, // a real queue's backend adds its own
     };
     let raw = keep_raw.then(|| raw_run(&m, pool, jobs, stats, &per_tenant));
-    RunResult { seed, figures, raw }
+    RunResult {
+        seed,
+        figures,
+        late: None,
+        raw,
+    }
 }
 
 /// Every class's figures, keyed by name.
@@ -381,6 +386,7 @@ pub fn strategy(def: &Strategy, runs: Vec<RunResult>) -> StrategyResults {
         max: combine(&figures, Pick::Max),
         name: def.name.clone(),
         queue: def.discipline(),
+        late: crate::results::Lateness::sum(runs.iter().filter_map(|r| r.late.as_ref())),
         runs,
     }
 }

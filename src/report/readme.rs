@@ -121,7 +121,7 @@ fn section(
         out.push_str(&format!(
             "\nAgainst the model on the same seeds (`noisylab validate {}`):\n\n{}\n{}",
             s.link,
-            super::validation::render_model(&against, ASCII_MARKDOWN),
+            super::validation::render_model(&against, r, ASCII_MARKDOWN),
             super::validation::render_causes(r)
         ));
     }

@@ -5,8 +5,10 @@ use std::fmt::Write as _;
 
 use comfy_table::{Table, TableStyle};
 
+use crate::engine::lateness::{Cause, Lateness};
+use crate::results::LabResults;
 use crate::units::ms;
-use crate::validate::model::{FigureCheck, ModelVerdict};
+use crate::validate::model::{FigureCheck, ModelVerdict, Rule};
 use crate::validate::{AgainstModel, Outcome, Validation};
 
 pub fn render(v: &Validation, style: TableStyle) -> String {
@@ -87,7 +89,7 @@ pub fn render(v: &Validation, style: TableStyle) -> String {
 /// figures checked and the closest call, then every figure outside its
 /// tolerance.
 /// What the lab measured of its own disturbance, as a few lines.
-pub fn render_causes(results: &crate::results::LabResults) -> String {
+pub fn render_causes(results: &LabResults) -> String {
     let Some(real) = &results.real else {
         return String::new();
     };
@@ -111,24 +113,13 @@ pub fn render_causes(results: &crate::results::LabResults) -> String {
     out
 }
 
-pub fn render_model(v: &ModelVerdict, style: TableStyle) -> String {
+pub fn render_model(v: &ModelVerdict, results: &LabResults, style: TableStyle) -> String {
     if let Some(why) = &v.not_run {
         return format!("Against the model: not run ({why}).\n");
     }
     let failed = v.failed();
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{}: {} of {} figures of {} runs within tolerance of the model on the same seeds.\n",
-        if failed.is_empty() {
-            "this machine reproduces the model"
-        } else {
-            "this machine does NOT reproduce the model"
-        },
-        v.checks.len() - failed.len(),
-        v.checks.len(),
-        runs(v)
-    );
+    let _ = writeln!(out, "{}\n", verdict_line(v, results));
     let _ = writeln!(out, "{}", per_strategy(v, style));
     let ill: Vec<&FigureCheck> = v.checks.iter().filter(|c| c.ill_conditioned()).collect();
     if !ill.is_empty() {
@@ -253,4 +244,158 @@ fn shown(v: f64, unit: &str) -> String {
         "s" => format!("{v:.4} s"),
         _ => crate::units::sig3(v),
     }
+}
+
+/// The machine's verdict in one line: whether it reproduces the model, what
+/// is outside, and which measured cause made the late jobs, with how many
+/// figures hold once that cause's time is allowed.
+pub fn verdict_line(v: &ModelVerdict, results: &LabResults) -> String {
+    if let Some(why) = &v.not_run {
+        return format!("against the model: not run ({why})");
+    }
+    let failed = v.failed();
+    let (held, all) = (v.checks.len() - failed.len(), v.checks.len());
+    if failed.is_empty() {
+        let late = v.late_total();
+        let tail = late
+            .as_ref()
+            .map_or_else(String::new, |l| format!("; {}", late_jobs(l)));
+        return format!(
+            "this machine reproduces the model: {held} of {all} figures of {} runs within tolerance of the model on the same seeds{tail}.",
+            runs(v)
+        );
+    }
+    let mut line = format!(
+        "this machine does NOT reproduce the model: {}",
+        outside(&failed)
+    );
+    let Some(late) = v.late_where_failed() else {
+        line.push_str(&format!(
+            " ({held} of {all} figures within); late jobs were not attributed (a file from before they were, or a run on a queue)."
+        ));
+        return line;
+    };
+    let jobs = late.jobs.total();
+    let unexplained = late.jobs.unexplained;
+    let main = Cause::EXTERNAL
+        .into_iter()
+        .map(|c| (c, late.jobs.get(c)))
+        .filter(|(_, n)| *n > 0)
+        .max_by_key(|(_, n)| *n);
+    match main {
+        _ if jobs == 0 => line.push_str(&format!(
+            "; no job finished more than {} ms late, so the machine's timing does not explain it: the lab differs from the model.",
+            late.threshold_ms
+        )),
+        Some((cause, n)) if n >= unexplained => {
+            let share = n as f64 / jobs as f64 * 100.0;
+            line.push_str(&format!(
+                "; in the runs outside, {}",
+                named(cause, share, jobs, results)
+            ));
+            let makespans = failed.iter().any(|c| c.rule == Rule::Makespan);
+            if cause == Cause::Stolen && makespans {
+                line.push_str(": this VM cannot time its jobs to 0.1 %");
+            }
+            line.push_str(&format!(
+                ". Without the {} time, {} of {all} reproduce.",
+                cause.name(),
+                v.within_allowing(cause)
+            ));
+        }
+        _ => line.push_str(&format!(
+            "; {unexplained} of the {jobs} late jobs have no measured cause (unexplained: the thread ran, waited for no CPU and its timer was on time, yet the wake was late)."
+        )),
+    }
+    line
+}
+
+/// The figures outside tolerance, by kind: makespans long or short by up to
+/// a share, waits off by up to a time, counts.
+fn outside(failed: &[&FigureCheck]) -> String {
+    let mut parts = Vec::new();
+    let makespans: Vec<&&FigureCheck> =
+        failed.iter().filter(|c| c.rule == Rule::Makespan).collect();
+    if !makespans.is_empty() {
+        let worst = makespans
+            .iter()
+            .map(|c| c.off_by() / c.model.abs().max(1e-9) * 100.0)
+            .max_by(|a, b| a.abs().total_cmp(&b.abs()))
+            .unwrap_or(0.0);
+        parts.push(format!(
+            "{} makespan{} {} by up to {:.2} %",
+            makespans.len(),
+            if makespans.len() == 1 { "" } else { "s" },
+            if worst >= 0.0 { "long" } else { "short" },
+            worst.abs()
+        ));
+    }
+    let waits: Vec<&&FigureCheck> = failed.iter().filter(|c| c.rule == Rule::Wait).collect();
+    if !waits.is_empty() {
+        let worst = waits.iter().map(|c| c.off_by().abs()).fold(0.0, f64::max);
+        parts.push(format!(
+            "{} wait{} off by up to {}",
+            waits.len(),
+            if waits.len() == 1 { "" } else { "s" },
+            ms(worst)
+        ));
+    }
+    let counts = failed.iter().filter(|c| c.rule == Rule::Exact).count();
+    if counts > 0 {
+        parts.push(format!(
+            "{counts} count{} differ",
+            if counts == 1 { "" } else { "s" }
+        ));
+    }
+    parts.join(", ")
+}
+
+/// A cause in words, with its share of the late jobs and the lab-wide
+/// figure that corroborates it.
+fn named(cause: Cause, share: f64, jobs: u64, results: &LabResults) -> String {
+    let causes = results.real.as_ref().and_then(|r| r.causes);
+    let pct =
+        |v: Option<f64>| v.map_or_else(|| "not measured".to_string(), |v| format!("{v:.2} %"));
+    match cause {
+        Cause::Stolen => format!(
+            "the hypervisor took the CPU during {share:.0} % of the {jobs} late jobs (steal {} over the lab)",
+            pct(causes.and_then(|c| c.steal_pct))
+        ),
+        Cause::Preempted => format!(
+            "other processes took the CPU during {share:.0} % of the {jobs} late jobs (they kept {} of the CPUs busy)",
+            pct(causes.and_then(|c| c.others_cpu_pct))
+        ),
+        _ => format!(
+            "the OS timer itself woke late for {share:.0} % of the {jobs} late jobs (tokio at most {:.2} ms late in calibration)",
+            results
+                .real
+                .as_ref()
+                .map_or(0.0, |r| r.calibration.tokio_overshoot_ms.max)
+        ),
+    }
+}
+
+/// Late jobs and arrivals by cause, in a clause.
+pub fn late_jobs(l: &Lateness) -> String {
+    let by = |b: &crate::engine::lateness::ByCause<u64>| {
+        crate::engine::lateness::ALL
+            .into_iter()
+            .filter(|c| b.get(*c) > 0)
+            .map(|c| format!("{} {}", b.get(c), c.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let part = |what: &str, b: &crate::engine::lateness::ByCause<u64>| {
+        if b.total() == 0 {
+            format!("no {what} late")
+        } else {
+            format!("{} {what} late ({})", b.total(), by(b))
+        }
+    };
+    format!(
+        "{} and {} by more than {} ms",
+        part("jobs", &l.jobs),
+        part("arrivals", &l.arrivals),
+        l.threshold_ms
+    )
 }

@@ -94,7 +94,8 @@ fn a_healthy_file_reproduces_the_model_and_doctored_ones_fail_exactly_there() {
         let stdout = text(&out.stdout);
         assert_eq!(out.status.code(), Some(1), "{stdout}");
         assert!(
-            stdout.contains("this machine does NOT reproduce the model: 209 of 210"),
+            stdout.contains("this machine does NOT reproduce the model: ")
+                && stdout.contains("(209 of 210 figures within); late jobs were not attributed"),
             "{stdout}"
         );
         let rows = outside_rows(&stdout);
@@ -194,4 +195,93 @@ fn compare_says_where_two_files_differ_beyond_their_harness_errors() {
     let p50 = stdout.split("Normal p95:").next().unwrap();
     assert!(p50.contains("DIFFER"));
     assert!(stdout.matches("agree").count() >= 20, "{stdout}");
+}
+
+/// A run's late events, as a results file holds them, with one cause set.
+fn lateness(cause: &str, jobs: u64, time_ms: f64, longest_ms: f64) -> Value {
+    let by = |v: Value, zero: Value| {
+        let mut m = serde_json::Map::new();
+        for c in ["stolen", "preempted", "timer", "busy", "unexplained"] {
+            m.insert(c.into(), if c == cause { v.clone() } else { zero.clone() });
+        }
+        Value::Object(m)
+    };
+    serde_json::json!({
+        "threshold_ms": 0.2,
+        "jobs": by(jobs.into(), 0.into()),
+        "arrivals": by(0.into(), 0.into()),
+        "time_ms": by(time_ms.into(), 0.0.into()),
+        "longest_ms": by(longest_ms.into(), 0.0.into()),
+    })
+}
+
+/// The capped noisy tenant 0.1 s late in run 2 (0.2 %, past 0.1 %), with
+/// `late` as that run's attribution.
+fn capped_late(dir: &Path, name: &str, late: Value) -> PathBuf {
+    doctored(dir, name, |v| {
+        let s = strategy(v, "FIFO with cap of 4 per tenant");
+        let run = &mut s["runs"][1];
+        run["noisy_done_s"] = (run["noisy_done_s"].as_f64().unwrap() + 0.1).into();
+        run["late"] = late.clone();
+    })
+}
+
+#[test]
+fn a_verdict_names_the_measured_cause_and_what_holds_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // 30 late jobs, all in a steal episode, 150 ms stolen in all.
+    let stolen = capped_late(
+        dir.path(),
+        "stolen.json",
+        lateness("stolen", 30, 150.0, 9.0),
+    );
+    let out = noisylab(&["validate", stolen.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let last = stdout.lines().rfind(|l| !l.is_empty()).unwrap();
+    assert!(
+        last.starts_with("this machine does NOT reproduce the model: 1 makespan long by up to 0.2")
+            && last.contains("the hypervisor took the CPU during 100 % of the 30 late jobs")
+            && last.contains("this VM cannot time its jobs to 0.1 %")
+            && last.ends_with("Without the stolen time, 210 of 210 reproduce."),
+        "{last}"
+    );
+
+    // Stolen time too short to cover the delay: the machine is named, and
+    // the figure still fails without it.
+    let short = capped_late(dir.path(), "short.json", lateness("stolen", 3, 10.0, 4.0));
+    let out = noisylab(&["validate", short.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("Without the stolen time, 209 of 210 reproduce."),
+        "{stdout}"
+    );
+
+    // Late jobs with no measured cause: unexplained, and it fails.
+    let none = capped_late(
+        dir.path(),
+        "none.json",
+        lateness("unexplained", 30, 150.0, 9.0),
+    );
+    let out = noisylab(&["validate", none.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let last = stdout.lines().rfind(|l| !l.is_empty()).unwrap();
+    assert!(
+        last.contains("30 of the 30 late jobs have no measured cause (unexplained"),
+        "{last}"
+    );
+    assert!(!last.contains("Without the"), "{last}");
+
+    // A run that measured its lateness and found no late job: the machine's
+    // timing does not explain the figure, so the lab is named.
+    let zero = capped_late(dir.path(), "zero.json", lateness("stolen", 0, 0.0, 0.0));
+    let out = noisylab(&["validate", zero.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("the lab differs from the model"),
+        "{stdout}"
+    );
 }

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::engine::lateness::{Cause, Lateness};
 use crate::lab::{self, summary};
 use crate::results::{Figures, LabResults, RunResult, StrategyResults};
 use crate::scenario::{Scenario, Strategy};
@@ -101,6 +102,9 @@ pub struct ModelVerdict {
     /// Why the comparison could not run (a virtual-clock file, a trace
     /// whose rows are not in the file).
     pub not_run: Option<String>,
+    /// Each run's late jobs and arrivals by cause, by (strategy, seed):
+    /// runs that measured them.
+    pub late: BTreeMap<(String, u64), Lateness>,
 }
 
 impl ModelVerdict {
@@ -110,6 +114,51 @@ impl ModelVerdict {
 
     pub fn reproduces(&self) -> bool {
         self.not_run.is_none() && self.failed().is_empty()
+    }
+
+    /// Every run's late events summed; `None` when no run measured them.
+    pub fn late_total(&self) -> Option<Lateness> {
+        Lateness::sum(self.late.values())
+    }
+
+    /// The late events of the runs with a figure outside tolerance (where
+    /// the cause of a failure is), summed.
+    pub fn late_where_failed(&self) -> Option<Lateness> {
+        let failed = self.failed();
+        Lateness::sum(self.late.iter().filter_map(|((strategy, seed), l)| {
+            failed
+                .iter()
+                .any(|c| &c.strategy == strategy && c.seed == *seed)
+                .then_some(l)
+        }))
+    }
+
+    /// Whether a figure holds once the time `cause` took in its run is
+    /// allowed beside its tolerance: a makespan may be long by all of it (one
+    /// thread handles every completion, so no chain loses more), a wait by
+    /// its longest single episode; counts stay exact.
+    pub fn holds_allowing(&self, check: &FigureCheck, cause: Cause) -> bool {
+        let Some(late) = self.late.get(&(check.strategy.clone(), check.seed)) else {
+            return check.holds();
+        };
+        let allowed = match check.rule {
+            Rule::Exact => 0.0,
+            Rule::Makespan => late.time_ms.get(cause) / 1e3,
+            Rule::Wait => late.longest_ms.get(cause),
+        };
+        FigureCheck {
+            tolerance: check.tolerance + allowed,
+            ..check.clone()
+        }
+        .holds()
+    }
+
+    /// Figures within tolerance with the time `cause` took allowed.
+    pub fn within_allowing(&self, cause: Cause) -> usize {
+        self.checks
+            .iter()
+            .filter(|c| self.holds_allowing(c, cause))
+            .count()
     }
 }
 
@@ -158,6 +207,7 @@ pub fn against_model(results: &LabResults) -> ModelVerdict {
         return ModelVerdict {
             checks: Vec::new(),
             not_run: Some("a virtual-clock file is the model itself".into()),
+            late: BTreeMap::new(),
         };
     }
     if results
@@ -171,12 +221,17 @@ pub fn against_model(results: &LabResults) -> ModelVerdict {
             not_run: Some(
                 "the scenario replays a trace whose rows are not in the results file".into(),
             ),
+            late: BTreeMap::new(),
         };
     }
     let mut checks = Vec::new();
+    let mut late = BTreeMap::new();
     for s in &results.strategies {
         let def = definition(&results.scenario, s);
         for run in &s.runs {
+            if let Some(l) = &run.late {
+                late.insert((s.name.clone(), run.seed), l.clone());
+            }
             let cdf = overshoot_distribution(run);
             let machine = predict(&results.scenario, &def, run, modelled_overshoot_ns(run));
             // On a real queue every round pays a finish-and-take round trip:
@@ -204,6 +259,7 @@ pub fn against_model(results: &LabResults) -> ModelVerdict {
     ModelVerdict {
         checks,
         not_run: None,
+        late,
     }
 }
 
