@@ -176,6 +176,11 @@ pub struct Figures {
     pub dispatch_floor_us: Percentiles,
     /// How late jobs were submitted against their planned instant.
     pub arrival_lag_ms: Percentiles,
+    /// The same for the normal tenants' jobs alone (a burst's jobs are
+    /// submitted one after another, so its last ones are late by the whole
+    /// burst's submission; files from before it was measured have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normal_arrival_lag_ms: Option<Percentiles>,
     /// Mean idle workers over the time any job waited (0: work-conserving).
     pub idle_workers_while_waiting: f64,
     /// The same, inside the normal tenants' traffic window only.

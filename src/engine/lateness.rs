@@ -38,7 +38,8 @@ use crate::machine::ThreadSample;
 pub const LATE_NS: Nanos = 200_000;
 
 /// Why an event was late.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Cause {
     Stolen,
     Preempted,
@@ -109,6 +110,7 @@ impl<T: Copy + std::ops::AddAssign + Default> ByCause<T> {
     }
 }
 
+/// Every cause, in the order tables list them.
 pub const ALL: [Cause; 5] = [
     Cause::Stolen,
     Cause::Preempted,

@@ -27,6 +27,7 @@ struct Measured {
     burst_wait: Histogram<u64>,
     overshoot: Histogram<u64>,
     lag: Histogram<u64>,
+    normal_lag: Histogram<u64>,
     /// When the last bursting job finished.
     burst_last: Option<Nanos>,
 }
@@ -38,10 +39,14 @@ impl Measured {
             burst_wait: new_histogram(),
             overshoot: new_histogram(),
             lag: new_histogram(),
+            normal_lag: new_histogram(),
             burst_last: None,
         };
         for job in jobs.iter().filter(|j| j.enqueued != NEVER) {
             record(&mut m.lag, job.enqueued.saturating_sub(job.planned));
+            if job.tenant < pool.normal_tenants {
+                record(&mut m.normal_lag, job.enqueued.saturating_sub(job.planned));
+            }
             if job.started == NEVER {
                 continue;
             }
@@ -98,6 +103,7 @@ pub fn run(
         job_overshoot_ms: percentiles(&m.overshoot, 1e6),
         dispatch_floor_us: percentiles(&stats.dispatch_floor, 1e3),
         arrival_lag_ms: percentiles(&m.lag, 1e6),
+        normal_arrival_lag_ms: Some(percentiles(&m.normal_lag, 1e6)),
         idle_workers_while_waiting: mean_idle(stats.idle_worker_ns_while_waiting, stats.waiting_ns),
         idle_workers_while_waiting_in_traffic: mean_idle(
             stats.idle_worker_ns_while_waiting_in_traffic,
@@ -426,6 +432,11 @@ fn combine(runs: &[&Figures], pick: Pick) -> Figures {
         job_overshoot_ms: pick_percentiles(runs.iter().map(|r| &r.job_overshoot_ms), pick),
         dispatch_floor_us: pick_percentiles(runs.iter().map(|r| &r.dispatch_floor_us), pick),
         arrival_lag_ms: pick_percentiles(runs.iter().map(|r| &r.arrival_lag_ms), pick),
+        normal_arrival_lag_ms: runs
+            .iter()
+            .map(|r| r.normal_arrival_lag_ms.as_ref())
+            .collect::<Option<Vec<_>>>()
+            .map(|ps| pick_percentiles(ps.into_iter(), pick)),
         idle_workers_while_waiting: f(&|r| r.idle_workers_while_waiting),
         idle_workers_while_waiting_in_traffic: f(&|r| r.idle_workers_while_waiting_in_traffic),
         waiting_s: f(&|r| r.waiting_s),

@@ -6,12 +6,15 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::lateness::Cause;
+
 /// Runs of one strategy should agree within this fraction of their median.
 pub const RUN_AGREEMENT: f64 = 0.08;
 /// Job-duration overshoot p99 above this means the timer is too coarse.
 pub const OVERSHOOT_P99_MS: f64 = 2.0;
-/// A 1-minute load average above this share of the cores means a busy machine.
-pub const LOAD_PER_CORE: f64 = 0.75;
+/// Other processes keeping more than this share of all CPUs busy over the
+/// lab's own window compete with its loop.
+pub const OTHERS_CPU_PCT: f64 = 5.0;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -22,13 +25,24 @@ pub enum Warning {
         figure: String,
         spread_pct: f64,
     },
-    /// Jobs held their worker noticeably longer than `job_ms`.
-    TimerOvershoot { strategy: String, p99_ms: f64 },
+    /// Jobs held their worker noticeably longer than `job_ms`; `cause`: the
+    /// measured cause of most late jobs, with their count and the late jobs'
+    /// (absent where they were not attributed).
+    TimerOvershoot {
+        strategy: String,
+        p99_ms: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<(Cause, u64, u64)>,
+    },
     /// On a real queue: the worker processes' own timers woke late after a
     /// job's hold (a job's overshoot on the server's stamps also holds the
     /// round trips, a cost of the queue, and is not judged here).
     WorkerTimerLate { strategy: String, p99_ms: f64 },
-    /// The machine was busy with other work during the lab.
+    /// Other processes kept the CPUs busy during the lab's own window.
+    OthersBusy { others_cpu_pct: f64 },
+    /// The load average was high (files from before the lab measured other
+    /// processes' CPU over its own window; no longer raised: the 1-minute
+    /// average carries the build before the lab into it).
     HighLoad { load: f64, cores: usize },
     /// The results file was written by another noisylab version.
     OtherToolVersion { file: String, ours: String },
@@ -61,12 +75,18 @@ impl fmt::Display for Warning {
                  the median settles.",
                 RUN_AGREEMENT * 100.0
             ),
-            Warning::TimerOvershoot { strategy, p99_ms } => write!(
-                f,
-                "{strategy}: jobs overshot their duration by {p99_ms:.3} ms at p99 (more than \
-                 {OVERSHOOT_P99_MS} ms): the timer is too coarse or the machine is busy. Use \
-                 `--timer precise` (the default) and an idle machine."
-            ),
+            Warning::TimerOvershoot {
+                strategy,
+                p99_ms,
+                cause,
+            } => {
+                write!(
+                    f,
+                    "{strategy}: jobs overshot their duration by {p99_ms:.3} ms at p99 (more than \
+                     {OVERSHOOT_P99_MS} ms): "
+                )?;
+                overshoot_cause(f, cause)
+            }
             Warning::WorkerTimerLate { strategy, p99_ms } => write!(
                 f,
                 "{strategy}: the worker processes' timers woke {p99_ms:.3} ms late at p99 after a \
@@ -80,11 +100,58 @@ impl fmt::Display for Warning {
                  competed with the harness, so waits and overshoot may be inflated. Rerun on an \
                  idle machine."
             ),
+            Warning::OthersBusy { others_cpu_pct } => write!(
+                f,
+                "other processes kept {others_cpu_pct:.1} % of the CPUs busy during the lab \
+                 (more than {OTHERS_CPU_PCT:.0} %): they competed with the harness, so waits and \
+                 overshoot may be inflated. Rerun on an idle machine."
+            ),
             Warning::OtherToolVersion { file, ours } => write!(
                 f,
                 "the results were written by noisylab {file}, this is {ours}: figures are \
                  comparable but newer checks may be missing. Rerun `make lab` to refresh them."
             ),
         }
+    }
+}
+
+/// What a `TimerOvershoot` warning says of its measured cause, and the fix.
+fn overshoot_cause(f: &mut fmt::Formatter<'_>, cause: &Option<(Cause, u64, u64)>) -> fmt::Result {
+    match cause {
+        Some((Cause::Stolen, n, of)) => write!(
+            f,
+            "the hypervisor took the loop's CPU during {n} of the {of} late jobs. \
+             A VM with steal cannot time jobs finer than its steal episodes: run \
+             on a dedicated host or a VM with dedicated cores to measure the lab \
+             itself, or read this run as the figure of this VM."
+        ),
+        Some((Cause::Preempted, n, of)) => write!(
+            f,
+            "another thread of this machine had the loop's CPU during {n} of the \
+             {of} late jobs. Close other programs (builds, browsers) and rerun."
+        ),
+        Some((Cause::Timer, n, of)) => write!(
+            f,
+            "the OS timer returned late on its own for {n} of the {of} late jobs. \
+             Use `--timer precise` (the default), which spins the last \
+             milliseconds."
+        ),
+        Some((Cause::Busy, n, of)) => write!(
+            f,
+            "{n} of the {of} late jobs waited behind the lab's own work (events due \
+             before them in the same wake): the harness is too slow for this load \
+             on this machine; a faster CPU, or fewer events per instant."
+        ),
+        Some((Cause::Unexplained, n, of)) => write!(
+            f,
+            "{n} of the {of} late jobs have no measured cause: the thread ran, \
+             waited for no CPU and its timer was on time. Report it with the \
+             results file."
+        ),
+        None => write!(
+            f,
+            "the late jobs were not attributed to a cause. Use `--timer precise` \
+             (the default) on an idle machine, and see `validate`'s verdict."
+        ),
     }
 }

@@ -99,5 +99,33 @@ pub fn render(files: &[&LabResults], reference: &Reference, style: TableStyle) -
         }
         out.push_str(&format!("{}:\n\n{table}\n\n", def.label));
     }
+    if files.len() > 1 {
+        out.push_str(&verdicts(files));
+    }
+    out
+}
+
+/// What "agree" means beside `validate`, and each file's own verdict
+/// against the model, so the two commands tell one story.
+fn verdicts(files: &[&LabResults]) -> String {
+    let mut out = format!(
+        "\"Across the files\" compares each file's medians with the first file's, allowing both \
+         files' errors together: makespans {:.1} % each plus both harness errors, waits {WAIT_ERRORS} \
+         times both harness errors plus {:.0} %. `validate` holds one file, run by run, to the \
+         model on the same seeds with its own allowance alone ({:.1} % on a makespan), so two \
+         files can agree while one of them does not reproduce the model. Each file against the \
+         model:\n\n",
+        MAKESPAN_CLOSE * 100.0,
+        WAIT_CLOSE * 100.0,
+        MAKESPAN_CLOSE * 100.0,
+    );
+    for (i, r) in files.iter().enumerate() {
+        let verdict = crate::validate::model::against_model(r);
+        out.push_str(&format!(
+            "- file {}: {}\n",
+            i + 1,
+            super::validation::verdict_line(&verdict, r)
+        ));
+    }
     out
 }

@@ -56,7 +56,7 @@ impl MarkdownExporter {
         }
         out.push_str("\n\nThe harness's own error (medians of the runs):\n\n");
         out.push_str(&harness_table(results, ASCII_MARKDOWN).to_string());
-        out.push('\n');
+        out.push_str(&format!("\n\n{}\n", super::table::late_note(results)));
         if let Some(table) = super::table::queue_table(results, ASCII_MARKDOWN) {
             out.push_str("\nThe queue's own cost (medians of the runs; a take is a finish and the next take, or a take after a wake; the worker's timer: how late its own clock says it woke after a job's hold):\n\n");
             out.push_str(&table.to_string());

@@ -49,28 +49,64 @@ pub fn harness_table(results: &LabResults, style: TableStyle) -> Table {
         "Job overshoot p99",
         "Dispatch floor p50",
         "Dispatch floor p99",
-        "Arrival lag p99",
+        "Arrival lag p99 (neighbours)",
         "Noisy done (exact)",
         "Idle workers while jobs wait (in traffic)",
+        "Late jobs, all runs (stolen / preempted / timer)",
     ]);
     for s in &results.strategies {
         let m = &s.median;
+        let late = s.late.as_ref().map_or_else(
+            || "n/a".to_string(),
+            |l| {
+                format!(
+                    "{} ({} / {} / {})",
+                    l.jobs.total(),
+                    l.jobs.stolen,
+                    l.jobs.preempted,
+                    l.jobs.timer
+                )
+            },
+        );
         table.add_row(vec![
             s.name.clone(),
             ms(m.job_overshoot_ms.p50),
             ms(m.job_overshoot_ms.p99),
             us(m.dispatch_floor_us.p50),
             us(m.dispatch_floor_us.p99),
-            ms(m.arrival_lag_ms.p99),
+            match &m.normal_arrival_lag_ms {
+                Some(n) => format!("{} ({})", ms(m.arrival_lag_ms.p99), ms(n.p99)),
+                None => ms(m.arrival_lag_ms.p99),
+            },
             secs_fine(m.noisy_done_s),
             format!(
                 "{:.1} ({:.1})",
                 m.idle_workers_while_waiting, m.idle_workers_while_waiting_in_traffic
             ),
+            late,
         ]);
     }
     right_align(&mut table);
     table
+}
+
+/// What the harness table's late-jobs column means for this file, or why
+/// it is empty: one line.
+pub fn late_note(results: &LabResults) -> String {
+    if results.strategies.iter().any(|s| s.late.is_some()) {
+        return format!(
+            "Late jobs: finished more than {} ms after their instant, in all runs together; stolen: the hypervisor ran something else on the loop's CPU; preempted: another thread of this machine had it; timer: the OS sleep returned late on its own. The rest were late behind the lab's own work or have no measured cause (`validate` names them).",
+            crate::engine::lateness::LATE_NS as f64 / 1e6
+        );
+    }
+    let why = if results.backend.is_some() {
+        "on a real queue a late hold is the worker's, and shows as its timer in the queue table"
+    } else if !results.machine.os.starts_with("Linux") {
+        "the OS gives no per-thread run delay nor steal counters, being not Linux"
+    } else {
+        "the file is from before noisylab measured them"
+    };
+    format!("Late jobs: not attributed ({why}).")
 }
 
 /// On a real queue, per strategy: what the server and the round trips cost
@@ -413,6 +449,7 @@ impl Exporter for TableExporter {
                 out.push_str("\nHarness error (medians of the runs):\n");
                 let table = harness_table(results, UTF8_FULL_CONDENSED);
                 out.push_str(&fit_terminal(table).to_string());
+                out.push_str(&format!("\n{}\n", late_note(results)));
                 if let Some(table) = queue_table(results, UTF8_FULL_CONDENSED) {
                     out.push_str("\nThe queue's own cost (medians of the runs):\n");
                     out.push_str(&fit_terminal(table).to_string());
