@@ -43,9 +43,10 @@ impl Measured {
             burst_last: None,
         };
         for job in jobs.iter().filter(|j| j.enqueued != NEVER) {
-            record(&mut m.lag, job.enqueued.saturating_sub(job.planned));
+            let lag = job.enqueued.saturating_sub(job.planned);
+            record(&mut m.lag, lag);
             if job.tenant < pool.normal_tenants {
-                record(&mut m.normal_lag, job.enqueued.saturating_sub(job.planned));
+                record(&mut m.normal_lag, lag);
             }
             if job.started == NEVER {
                 continue;
