@@ -143,7 +143,8 @@ fn run(size: &Size) -> Result<()> {
     Ok(())
 }
 
-/// A queue of `queue` under `p`, no cap, no limit, no lending.
+/// A queue of `queue` under `p`, no cap, no limit, no lending; its takes
+/// leased for a minute, as a lab's are (for a lease's length).
 fn setup(con: &mut Connection, p: &str, queue: &str) -> Result<()> {
     cmd("FCALL")
         .arg("noisylab_setup")
@@ -153,6 +154,12 @@ fn setup(con: &mut Connection, p: &str, queue: &str) -> Result<()> {
         .arg(-1)
         .arg(-1)
         .arg(-1)
+        .query::<i64>(con)?;
+    cmd("FCALL")
+        .arg("noisylab_lease")
+        .arg(0)
+        .arg(p)
+        .arg(60_000_000)
         .query::<i64>(con)?;
     Ok(())
 }
@@ -177,8 +184,8 @@ fn drain(con: &mut Connection, p: &str, most: u32) -> Result<u32> {
         if calls >= most {
             break;
         }
-        let (job, tenant) = worker::parse(&payload)?;
-        next = worker::finish(con, p, job, tenant)?;
+        let job = worker::parse(&payload)?;
+        next = worker::finish(con, p, job)?;
         calls += 1;
     }
     Ok(calls)

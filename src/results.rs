@@ -96,6 +96,28 @@ pub struct QueueFigures {
     /// Write-ahead log bytes per job planned (PostgreSQL).
     #[serde(default)]
     pub wal_bytes_per_job: Option<f64>,
+    /// Where takes hold leases: what faults did (absent where the server
+    /// gives no lease, and in files from before leases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults: Option<FaultFigures>,
+}
+
+/// A run's leases and faults on a queue server, from the server's stamps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultFigures {
+    /// A take's lease, milliseconds.
+    pub lease_ms: f64,
+    /// Faults injected during the run.
+    pub injected: u64,
+    /// Leases that ran out: jobs handed back to their tenant's queue and
+    /// started again.
+    pub redelivered: u64,
+    /// Jobs whose work two workers did: a holder past its lease finished
+    /// it too (and was refused).
+    pub ran_twice: u64,
+    /// Finishes refused because their lease had run out.
+    pub late_finishes_refused: u64,
 }
 
 /// The facts of a real-clock lab that a virtual one has no use for.

@@ -15,11 +15,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
+use super::faults::{Action, Injector};
 use super::{Backend, RunError, RunInput, RunRecord, ServerKind};
 use crate::engine::clock::sleep_until_blocking;
 use crate::engine::traffic::Refusal;
 use crate::engine::{Fate, JobRecord, NEVER, Nanos, stats_from_records};
-use crate::results::{BackendFacts, QueueFigures};
+use crate::results::{BackendFacts, FaultFigures, QueueFigures};
+use crate::scenario::faults::default_lease_ns;
 use crate::scenario::{Queue, Strategy};
 use crate::stats::{decode_histogram, new_histogram, percentiles, record};
 
@@ -42,6 +44,12 @@ pub fn queue_name(queue: Queue) -> &'static str {
     }
 }
 
+/// Worker processes for a pool of `workers`: `processes`, or by default
+/// enough that none runs more than [`WORKERS_PER_PROCESS`], at least 2.
+pub fn processes_for(workers: u32, processes: Option<u32>) -> u32 {
+    processes.unwrap_or_else(|| workers.div_ceil(WORKERS_PER_PROCESS).max(2).min(workers))
+}
+
 /// One run's queue, as the server is told it.
 pub struct Setup<'a> {
     pub strategy: &'a Strategy,
@@ -49,6 +57,9 @@ pub struct Setup<'a> {
     pub weights: Vec<f64>,
     /// Each job's hold, for the workers to read once.
     pub durations: Vec<Nanos>,
+    /// How long a take's lease lasts, microseconds (`None`: the server
+    /// gives no lease).
+    pub lease_us: Option<u64>,
 }
 
 /// One job to submit: its number, its queue (tenant or key) and, with vtc,
@@ -78,6 +89,16 @@ pub enum Stamp {
     },
     /// Refused by the queue limit.
     Refused {
+        job: u32,
+        us: u64,
+    },
+    /// Its lease ran out: back in its queue, to start again.
+    Redelivered {
+        job: u32,
+        us: u64,
+    },
+    /// A finish refused: its lease had run out.
+    LateFinish {
         job: u32,
         us: u64,
     },
@@ -133,6 +154,16 @@ pub trait Wire {
     fn stamps(&mut self) -> Result<Vec<Stamp>>;
     /// No more jobs for anyone; running ones finish.
     fn halt(&mut self) -> Result<()>;
+    /// Whether takes hold leases (a job whose lease runs out goes back to
+    /// its queue).
+    fn leases(&self) -> bool {
+        false
+    }
+    /// Hand jobs whose lease ran out back to their queues now (the server
+    /// does it on every call too; this is for a queue nobody calls).
+    fn reap(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// The run's data gone.
     fn end_run(&mut self) -> Result<()>;
     /// Tell `workers` workers to leave the lab, and drop the lab's data.
@@ -160,8 +191,7 @@ impl<W: Wire> Coordinator<W> {
         processes: Option<u32>,
         worker_exe: Option<std::path::PathBuf>,
     ) -> Result<Coordinator<W>> {
-        let processes =
-            processes.unwrap_or_else(|| workers.div_ceil(WORKERS_PER_PROCESS).max(2).min(workers));
+        let processes = processes_for(workers, processes);
         let mut c = Coordinator {
             wire,
             workers,
@@ -177,22 +207,76 @@ impl<W: Wire> Coordinator<W> {
 
     /// `processes` worker processes sharing the pool's workers evenly.
     fn spawn_workers(&mut self) -> Result<()> {
+        for k in 0..self.processes {
+            let child = self.spawn_one(k)?;
+            self.children.push(child);
+        }
+        Ok(())
+    }
+
+    /// Worker process `k`'s share of the pool's workers.
+    fn share(&self, k: u32) -> u32 {
+        self.workers / self.processes + u32::from(k < self.workers % self.processes)
+    }
+
+    /// Start worker process `k`.
+    fn spawn_one(&self, k: u32) -> Result<Child> {
         let exe = match &self.worker_exe {
             Some(exe) => exe.clone(),
             None => std::env::current_exe().context("cannot find noisylab's own binary")?,
         };
-        for k in 0..self.processes {
-            let share =
-                self.workers / self.processes + u32::from(k < self.workers % self.processes);
-            let mut cmd = Command::new(&exe);
-            cmd.args(["worker", "--backend", self.wire.url(), "--run"])
-                .arg(self.wire.lab_id())
-                .args(["--workers", &share.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null());
-            super::process::die_with_parent(&mut cmd);
-            self.children
-                .push(cmd.spawn().context("cannot start a worker process")?);
+        let mut cmd = Command::new(&exe);
+        cmd.args(["worker", "--backend", self.wire.url(), "--run"])
+            .arg(self.wire.lab_id())
+            .args(["--workers", &self.share(k).to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        super::process::die_with_parent(&mut cmd);
+        cmd.spawn().context("cannot start a worker process")
+    }
+
+    /// Do a fault's action to its worker process.
+    fn inject(&mut self, action: Action) -> Result<()> {
+        let (Action::Kill(k) | Action::Stop(k) | Action::Cont(k) | Action::Respawn(k)) = action;
+        if k as usize >= self.children.len() {
+            bail!(
+                "a fault names worker process {}, but the lab started {}",
+                k + 1,
+                self.children.len()
+            );
+        }
+        let (k, signal) = match action {
+            Action::Kill(k) => (k, libc::SIGKILL),
+            Action::Stop(k) => (k, libc::SIGSTOP),
+            Action::Cont(k) => (k, libc::SIGCONT),
+            Action::Respawn(k) => {
+                let child = self.spawn_one(k)?;
+                self.children[k as usize] = child;
+                // Its workers join the run under way.
+                return self.wire.start_run(self.share(k));
+            }
+        };
+        let child = &mut self.children[k as usize];
+        // SAFETY: a signal to a worker process this coordinator started and
+        // has not reaped (a killed one is reaped just below).
+        if unsafe { libc::kill(child.id() as libc::pid_t, signal) } != 0 {
+            bail!(
+                "cannot signal worker process {} (pid {}): {}",
+                k + 1,
+                child.id(),
+                std::io::Error::last_os_error()
+            );
+        }
+        if signal == libc::SIGKILL {
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Every fault action due by now.
+    fn inject_due(&mut self, faults: &mut Injector) -> Result<()> {
+        while let Some(action) = faults.due(Instant::now()) {
+            self.inject(action)?;
         }
         Ok(())
     }
@@ -231,7 +315,7 @@ impl<W: Wire> Coordinator<W> {
             if done(&mut self.wire)? {
                 return Ok(());
             }
-            self.check_children()?;
+            self.check_children(|_| false)?;
             if Instant::now() > until {
                 bail!("gave up after {} s", deadline.as_secs());
             }
@@ -239,10 +323,14 @@ impl<W: Wire> Coordinator<W> {
         }
     }
 
-    /// An error naming the first worker process that has exited.
-    fn check_children(&mut self) -> Result<()> {
+    /// An error naming the first worker process that has exited (but for
+    /// those a fault killed: `killed`).
+    fn check_children(&mut self, killed: impl Fn(u32) -> bool) -> Result<()> {
         let total = self.children.len();
         for (k, child) in self.children.iter_mut().enumerate() {
+            if killed(k as u32) {
+                continue;
+            }
             if let Some(status) = child.try_wait()? {
                 bail!(
                     "worker process {} of {total} (pid {}) exited ({status}): the run cannot finish",
@@ -269,6 +357,7 @@ impl<W: Wire> Coordinator<W> {
                 _ => Vec::new(),
             },
             durations: input.plan.iter().map(|j| j.duration).collect(),
+            lease_us: self.wire.leases().then(|| lease_ns(&input) / 1_000),
         };
         let kind = self.wire.kind();
         let failed = move |e| self_failed(kind, e);
@@ -283,12 +372,25 @@ impl<W: Wire> Coordinator<W> {
             let cost = |j: &JobRecord| s.job_cost(j.duration, j.tokens_in, j.tokens_out);
             input.plan.iter().map(|j| cost(j).to_string()).collect()
         });
-        let submitted = self.submit_all(&input, costs.as_deref(), stop)?;
-        self.wait_end(&input, submitted.accepted, stop)?;
+        let origin = Instant::now();
+        let mut faults = Injector::new(&input.scenario.fault, origin);
+        let submitted = self.submit_all(&input, costs.as_deref(), origin, &mut faults, stop)?;
+        self.wait_end(&input, submitted.accepted, &mut faults, stop)?;
+        for action in faults.finish() {
+            self.inject(action).map_err(failed)?;
+        }
         let cost = self.wire.cost_since(before).map_err(failed)?;
         let (take_rtt, hold_late) = self.end_workers().map_err(failed)?;
         let stamps = self.wire.stamps().map_err(failed)?;
         let n = input.plan.len() as f64;
+        let Rebuilt {
+            jobs,
+            found_idle,
+            end,
+            faults: mut leases,
+            redelivered,
+        } = records(input.plan, &stamps, t0_us).map_err(failed)?;
+        leases.injected = faults.injected;
         let queue = QueueFigures {
             take_rtt_us: percentiles(&take_rtt, 1e3),
             hold_overshoot_us: percentiles(&hold_late, 1e3),
@@ -298,8 +400,11 @@ impl<W: Wire> Coordinator<W> {
             calls_per_job: cost.calls as f64 / n,
             bytes_per_job: cost.bytes.map(|b| b as f64 / n),
             wal_bytes_per_job: cost.wal_bytes.map(|b| b as f64 / n),
+            faults: setup.lease_us.map(|us| FaultFigures {
+                lease_ms: us as f64 / 1e3,
+                ..leases
+            }),
         };
-        let (jobs, found_idle, end) = records(input.plan, &stamps, t0_us).map_err(failed)?;
         let mut stats = stats_from_records(input.pool, &jobs, &found_idle, end);
         stats.retry_after_s_max = submitted.retry_after_s_max;
         Ok(RunRecord {
@@ -307,6 +412,7 @@ impl<W: Wire> Coordinator<W> {
             stats,
             queue: Some(queue),
             late: None,
+            redelivered,
         })
     }
 
@@ -320,10 +426,13 @@ impl<W: Wire> Coordinator<W> {
 
     /// Every planned job at its instant (with vtc, its cost); those due at
     /// one instant in one round trip.
+    /// A fault's action due before the next arrival is done on the way.
     fn submit_all(
         &mut self,
         input: &RunInput<'_>,
         costs: Option<&[String]>,
+        origin: Instant,
+        faults: &mut Injector,
         stop: &AtomicBool,
     ) -> Result<Submitted, RunError> {
         let plan = &input.plan;
@@ -333,12 +442,17 @@ impl<W: Wire> Coordinator<W> {
             rtt: new_histogram(),
             retry_after_s_max: 0,
         };
-        let origin = Instant::now();
         let mut i = 0;
         while i < plan.len() {
             let at = plan[i].planned;
+            let instant = origin + Duration::from_nanos(at);
+            if let Some(fault) = faults.next_at().filter(|f| *f < instant) {
+                sleep_until_blocking(fault, SUBMIT_MARGIN);
+                self.inject_due(faults).map_err(|e| self_failed(kind, e))?;
+                continue;
+            }
             let k = i + plan[i..].iter().take_while(|j| j.planned == at).count();
-            sleep_until_blocking(origin + Duration::from_nanos(at), SUBMIT_MARGIN);
+            sleep_until_blocking(instant, SUBMIT_MARGIN);
             if stop.load(Ordering::Relaxed) {
                 self.halt();
                 return Err(RunError::Interrupted);
@@ -368,10 +482,13 @@ impl<W: Wire> Coordinator<W> {
 
     /// Until every accepted job has finished; fails on a worker process that
     /// exits, or a run far past any length the plan allows.
+    /// Meanwhile, faults' actions are done when due and expired leases
+    /// reaped, at least every quarter lease.
     fn wait_end(
         &mut self,
         input: &RunInput<'_>,
         accepted: u64,
+        faults: &mut Injector,
         stop: &AtomicBool,
     ) -> Result<(), RunError> {
         let kind = self.wire.kind();
@@ -383,8 +500,18 @@ impl<W: Wire> Coordinator<W> {
         let work: Nanos = input.plan.iter().map(|j| j.duration).sum();
         let last = input.plan.last().map_or(0, |j| j.planned);
         let deadline = Instant::now() + Duration::from_nanos(last + work) + Duration::from_secs(30);
+        let tick = Duration::from_millis(250).min(Duration::from_nanos(lease_ns(input) / 4));
         loop {
-            let over = self.wire.wait_end(Duration::from_millis(250));
+            let now = Instant::now();
+            let wait = faults
+                .next_at()
+                .map_or(tick, |f| tick.min(f.saturating_duration_since(now)))
+                .max(Duration::from_millis(1));
+            let over = self.wire.wait_end(wait).and_then(|over| {
+                self.inject_due(faults)?;
+                self.wire.reap()?;
+                Ok(over)
+            });
             match over {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
@@ -397,7 +524,7 @@ impl<W: Wire> Coordinator<W> {
                 self.halt();
                 return Err(RunError::Interrupted);
             }
-            if let Err(e) = self.check_children() {
+            if let Err(e) = self.check_children(|k| faults.is_dead(k)) {
                 self.halt();
                 return Err(self_failed(kind, e));
             }
@@ -492,24 +619,49 @@ pub fn lab_id() -> String {
     format!("{:x}{:x}", std::process::id(), nanos & 0xff_ffff_ffff)
 }
 
+/// A take's lease for `input`'s run: the scenario's `lease_s`, or three
+/// times its plan's 99th-percentile hold (at least 50 ms).
+pub fn lease_ns(input: &RunInput<'_>) -> Nanos {
+    match input.scenario.lease_s {
+        Some(s) => (s * 1e9).round() as Nanos,
+        None => default_lease_ns(input.plan.iter().map(|j| j.duration)),
+    }
+}
+
+/// A run rebuilt from the server's stamps.
+pub struct Rebuilt {
+    pub jobs: Vec<JobRecord>,
+    /// Whether each job found a worker idle.
+    pub found_idle: Vec<bool>,
+    /// The run's last stamp, lab time.
+    pub end: Nanos,
+    /// Leases run out and finishes refused (the lease and the faults
+    /// injected are the coordinator's to fill in).
+    pub faults: FaultFigures,
+    /// The jobs whose lease ran out, once for each time.
+    pub redelivered: Vec<u32>,
+}
+
 /// The run's records from the plan and the server's stamps, with each job's
 /// found-idle mark and the run's end, in lab time from `t0_us` on the
-/// server's clock.
-pub fn records(
-    mut jobs: Vec<JobRecord>,
-    stamps: &[Stamp],
-    t0_us: u64,
-) -> Result<(Vec<JobRecord>, Vec<bool>, Nanos)> {
+/// server's clock. A job started more than once (its lease ran out) keeps
+/// its last start, the one that finished it.
+pub fn records(mut jobs: Vec<JobRecord>, stamps: &[Stamp], t0_us: u64) -> Result<Rebuilt> {
     for (i, j) in jobs.iter_mut().enumerate() {
         j.origin = i as u32;
     }
     let mut found_idle = vec![false; jobs.len()];
+    let mut refused_finish = vec![false; jobs.len()];
+    let mut faults = FaultFigures::default();
+    let mut redelivered = Vec::new();
     let mut end: Nanos = 0;
     for stamp in stamps {
         let (Stamp::Enqueued { job, us, .. }
         | Stamp::Started { job, us }
         | Stamp::Finished { job, us }
-        | Stamp::Refused { job, us }) = *stamp;
+        | Stamp::Refused { job, us }
+        | Stamp::Redelivered { job, us }
+        | Stamp::LateFinish { job, us }) = *stamp;
         let at: Nanos = us.saturating_sub(t0_us) * 1_000;
         let j = jobs
             .get_mut(job as usize)
@@ -529,13 +681,32 @@ pub fn records(
                 j.enqueued = at;
                 j.fate = Fate::Refused(Refusal::Limit);
             }
+            Stamp::Redelivered { .. } => {
+                faults.redelivered += 1;
+                redelivered.push(job);
+            }
+            Stamp::LateFinish { .. } => {
+                faults.late_finishes_refused += 1;
+                refused_finish[job as usize] = true;
+            }
         }
     }
+    faults.ran_twice = jobs
+        .iter()
+        .zip(&refused_finish)
+        .filter(|(j, refused)| **refused && j.fate == Fate::Ran)
+        .count() as u64;
     if let Some(j) = jobs
         .iter()
         .find(|j| j.fate == Fate::Pending || j.enqueued == NEVER)
     {
         bail!("job {} has no end in the server's stamps: {j:?}", j.origin);
     }
-    Ok((jobs, found_idle, end))
+    Ok(Rebuilt {
+        jobs,
+        found_idle,
+        end,
+        faults,
+        redelivered,
+    })
 }

@@ -14,9 +14,12 @@
 //! - [`redis`]: the disciplines as functions inside a Redis server, and
 //! - [`postgres`]: the disciplines as SQL functions over a job table;
 //! - [`worker`]: the worker processes' loop, the same on every server;
+//! - [`faults`]: a scenario's `[[fault]]` as timed actions on the worker
+//!   processes;
 //! - [`process`]: starting servers and workers as child processes.
 
 pub mod coordinator;
+pub mod faults;
 pub mod postgres;
 pub mod process;
 pub mod redis;
@@ -123,6 +126,9 @@ pub struct RunRecord {
     /// In this process on real timers: the late jobs and arrivals by cause
     /// (on a queue the worker processes time the jobs: not attributed).
     pub late: Option<Lateness>,
+    /// On a queue with leases: the jobs whose lease ran out, once for each
+    /// time (their records keep the start that finished them).
+    pub redelivered: Vec<u32>,
 }
 
 /// Why a run has no record.
@@ -206,6 +212,7 @@ impl Backend for InProcess {
             stats,
             queue: None,
             late,
+            redelivered: Vec::new(),
         })
     }
 }

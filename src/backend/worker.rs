@@ -7,8 +7,9 @@
 //!    server and waits to be woken (a blocking pop on Redis, a `LISTEN` on
 //!    PostgreSQL), never polling;
 //! 3. holds the job for its duration (from the run's plan, read once) on a
-//!    precise timer, then finishes it and gets its next job in the same
-//!    call;
+//!    precise timer, renewing its lease (where the server leases jobs) when
+//!    the hold is longer than half of it, then finishes it and gets its
+//!    next job in the same call;
 //! 4. when the run is over, leaves its round-trip times and how late its
 //!    own timer woke for each hold, for the coordinator.
 //!
@@ -34,8 +35,15 @@ use crate::stats::{encode_histogram, new_histogram, record};
 /// (none without it).
 pub const HOLD_MARGIN: Duration = Duration::ZERO;
 
-/// A job as a server hands it out: its number and its queue (tenant or key).
-pub type Job = (u32, u32);
+/// A job as a server hands it out: its number, its queue (tenant or key)
+/// and the lease it was handed with (0 where the server gives none), which
+/// fences its finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Job {
+    pub id: u32,
+    pub queue: u32,
+    pub lease: u64,
+}
 
 /// One worker thread's side of a queue server.
 pub trait Taker {
@@ -43,6 +51,15 @@ pub trait Taker {
     fn next_run(&mut self) -> Result<bool>;
     /// Each job's hold in the run's plan, nanoseconds.
     fn durations(&mut self) -> Result<Vec<u64>>;
+    /// How long a take's lease lasts unless renewed (`None`: no leases).
+    fn lease(&mut self) -> Result<Option<Duration>> {
+        Ok(None)
+    }
+    /// The worker still holds `job`: its lease runs on. `false`: the lease
+    /// had run out (the job is another worker's now).
+    fn renew(&mut self, _job: Job) -> Result<bool> {
+        Ok(true)
+    }
     /// Ask for a job, at the run's start or woken (`woken`); `None`: the
     /// server counts this worker idle.
     fn take(&mut self, woken: bool) -> Result<Option<Job>>;
@@ -85,10 +102,11 @@ pub fn serve_threads<T: Taker>(
 
 fn serve_run(w: &mut impl Taker) -> Result<()> {
     let durations = w.durations()?;
+    let lease = w.lease()?;
     let (mut rtt, mut late) = (new_histogram(), new_histogram());
     let mut next = timed(&mut rtt, || w.take(false))?;
     loop {
-        let Some((job, tenant)) = next else {
+        let Some(job) = next else {
             if !w.wait_wake()? {
                 break;
             }
@@ -96,19 +114,33 @@ fn serve_run(w: &mut impl Taker) -> Result<()> {
             continue;
         };
         let hold = durations
-            .get(job as usize)
-            .ok_or_else(|| anyhow!("job {job} is not in the run's plan"))?;
+            .get(job.id as usize)
+            .ok_or_else(|| anyhow!("job {} is not in the run's plan", job.id))?;
         let until = Instant::now() + Duration::from_nanos(*hold);
-        sleep_until_blocking(until, HOLD_MARGIN);
+        hold_until(w, job, until, lease)?;
         let sent = Instant::now();
         record(&mut late, (sent - until).as_nanos() as u64);
-        next = timed(&mut rtt, || w.finish((job, tenant)))?;
+        next = timed(&mut rtt, || w.finish(job))?;
     }
     w.leave(&format!(
         "{} {}",
         encode_histogram(&rtt),
         encode_histogram(&late)
     ))
+}
+
+/// Hold `job` until `until`; with a lease shorter than twice the hold,
+/// renew it every third of the lease on the way.
+fn hold_until(w: &mut impl Taker, job: Job, until: Instant, lease: Option<Duration>) -> Result<()> {
+    if let Some(lease) = lease {
+        let every = lease / 3;
+        while until.saturating_duration_since(Instant::now()) > lease / 2 {
+            sleep_until_blocking(Instant::now() + every, HOLD_MARGIN);
+            w.renew(job)?;
+        }
+    }
+    sleep_until_blocking(until, HOLD_MARGIN);
+    Ok(())
 }
 
 fn timed<T>(rtt: &mut Histogram<u64>, call: impl FnOnce() -> Result<T>) -> Result<T> {

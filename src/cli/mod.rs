@@ -271,6 +271,32 @@ pub struct RunOpts {
     /// 0 waits for `noisylab worker` processes started elsewhere.
     #[arg(long)]
     pub processes: Option<u32>,
+    /// A fault injected into every run on a queue server, as a scenario's
+    /// `[[fault]]` says it (repeatable; added to the scenario's):
+    /// `kind=pause_worker,at_s=6,duration_s=1,target=2`. Kinds:
+    /// kill_worker, pause_worker.
+    #[arg(long = "fault", value_name = "KEY=VALUE,…", value_parser = parse_fault)]
+    pub faults: Vec<crate::scenario::Fault>,
+}
+
+/// `--fault`'s value: a `[[fault]]` table's keys, comma-separated.
+fn parse_fault(text: &str) -> Result<crate::scenario::Fault, String> {
+    const FORM: &str = "kind=KIND,at_s=SECONDS[,duration_s=SECONDS][,target=PROCESS]";
+    let mut lines = Vec::new();
+    for part in text.split(',') {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not KEY=VALUE; a fault is {FORM}"))?;
+        let (key, value) = (key.trim(), value.trim());
+        lines.push(match key {
+            "kind" => format!("{key} = {value:?}"),
+            _ => format!("{key} = {value}"),
+        });
+    }
+    let fault: crate::scenario::Fault = toml::from_str(&lines.join("\n"))
+        .map_err(|e| format!("{}; a fault is {FORM}", e.message().trim()))?;
+    fault.check()?;
+    Ok(fault)
 }
 
 /// `--backend`'s value.
@@ -323,6 +349,7 @@ impl RunOpts {
         if let Some(seed) = self.seed {
             scenario.seed = seed;
         }
+        scenario.fault.extend(self.faults.iter().cloned());
         scenario
             .select(&self.strategies)
             .map_err(|e| anyhow::anyhow!("{}: {e}", self.scenario_label()))?;

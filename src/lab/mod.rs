@@ -20,7 +20,9 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::backend::{Backend, InProcess, QueueBackend, RunError, RunInput, block_on_ready};
+use crate::backend::{
+    Backend, InProcess, QueueBackend, RunError, RunInput, ServerKind, block_on_ready,
+};
 use crate::calibrate::{self, CalibratePlan};
 use crate::engine::{self, JobRecord, Pool, RunStats, Timer, VirtualClock, load};
 use crate::machine::Machine;
@@ -245,11 +247,38 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
 
 /// One line, before anything starts, for a lab its backend cannot run.
 fn check_backend(plan: &LabPlan) -> Result<()> {
+    let s = &plan.scenario;
     let QueueBackend::Server(server) = &plan.backend else {
+        if !s.fault.is_empty() {
+            anyhow::bail!(
+                "[[fault]] runs on a queue server (--backend redis): the in-process lab does not \
+                 simulate faults yet"
+            );
+        }
         return Ok(());
     };
     let (kind, name) = (server.server.name(), server.server.title());
-    let s = &plan.scenario;
+    if !s.fault.is_empty() {
+        if server.server != ServerKind::Redis {
+            anyhow::bail!(
+                "[[fault]] is not carried by the {name} backend yet (its takes hold no lease): \
+                 run it with --backend redis"
+            );
+        }
+        if server.processes == Some(0) {
+            anyhow::bail!("[[fault]] strikes worker processes the lab starts: drop --processes 0");
+        }
+        let processes = crate::backend::coordinator::processes_for(s.workers, server.processes);
+        for (i, f) in s.fault.iter().enumerate() {
+            if f.process() >= processes {
+                anyhow::bail!(
+                    "fault[{i}]: target {} names a worker process, but the lab starts {processes} \
+                     (from 1 to {processes})",
+                    f.process() + 1
+                );
+            }
+        }
+    }
     if plan.clock == ClockKind::Virtual {
         anyhow::bail!(
             "--backend {kind} runs on real timers only: drop --clock virtual (the virtual clock is the model)"

@@ -8,8 +8,8 @@ use hdrhistogram::Histogram;
 use crate::engine::load::secs_to_ns;
 use crate::engine::{JobRecord, NEVER, Nanos, Pool, RunStats};
 use crate::results::{
-    ClassFigures, Delivery, Fairness, Figures, OccupancyTrace, QueueFigures, RawHistograms, RawRun,
-    Refused, RunResult, Slowdown, StrategyResults, TenantFigures,
+    ClassFigures, Delivery, Fairness, FaultFigures, Figures, OccupancyTrace, QueueFigures,
+    RawHistograms, RawRun, Refused, RunResult, Slowdown, StrategyResults, TenantFigures,
 };
 use crate::scenario::{Population, Scenario, Strategy};
 use crate::stats::{
@@ -480,6 +480,24 @@ fn combine_queue(runs: &[&Figures], pick: Pick) -> Option<QueueFigures> {
         calls_per_job: f(&|q| q.calls_per_job),
         bytes_per_job: opt(&|q| q.bytes_per_job),
         wal_bytes_per_job: opt(&|q| q.wal_bytes_per_job),
+        faults: combine_faults(&qs, pick),
+    })
+}
+
+/// `pick` of each fault figure across the runs that have them.
+fn combine_faults(qs: &[&QueueFigures], pick: Pick) -> Option<FaultFigures> {
+    let fs: Vec<&FaultFigures> = qs.iter().filter_map(|q| q.faults.as_ref()).collect();
+    if fs.is_empty() {
+        return None;
+    }
+    let f = |get: &dyn Fn(&FaultFigures) -> f64| pick_all(fs.iter().map(|x| get(x)), pick);
+    let count = |get: &dyn Fn(&FaultFigures) -> u64| f(&|x| get(x) as f64).round() as u64;
+    Some(FaultFigures {
+        lease_ms: f(&|x| x.lease_ms),
+        injected: count(&|x| x.injected),
+        redelivered: count(&|x| x.redelivered),
+        ran_twice: count(&|x| x.ran_twice),
+        late_finishes_refused: count(&|x| x.late_finishes_refused),
     })
 }
 

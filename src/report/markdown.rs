@@ -62,6 +62,14 @@ impl MarkdownExporter {
             out.push_str(&table.to_string());
             out.push('\n');
         }
+        if let Some(table) = super::table::lease_table(results, ASCII_MARKDOWN) {
+            out.push_str(&format!(
+                "\nLeases and faults (medians of the runs; {}):\n\n",
+                super::table::LEASE_NOTE
+            ));
+            out.push_str(&table.to_string());
+            out.push('\n');
+        }
         if !results.warnings.is_empty() {
             out.push_str("\nWarnings:\n\n");
             for w in &results.warnings {

@@ -152,6 +152,44 @@ pub fn queue_table(results: &LabResults, style: TableStyle) -> Option<Table> {
     Some(table)
 }
 
+/// On a queue whose takes hold leases: the lease, the faults injected and
+/// what they did (medians of the runs); `None` without leases.
+pub fn lease_table(results: &LabResults, style: TableStyle) -> Option<Table> {
+    let rows: Vec<_> = results
+        .strategies
+        .iter()
+        .filter_map(|s| Some((s, s.median.queue.as_ref()?.faults?)))
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let mut table = Table::new();
+    table.load_style(style);
+    table.set_header(vec![
+        "Strategy",
+        "Lease",
+        "Faults injected",
+        "Redelivered (leases run out)",
+        "Ran twice",
+        "Late finishes refused",
+    ]);
+    for (s, f) in rows {
+        table.add_row(vec![
+            s.name.clone(),
+            format!("{} ms", sig3(f.lease_ms)),
+            f.injected.to_string(),
+            f.redelivered.to_string(),
+            f.ran_twice.to_string(),
+            f.late_finishes_refused.to_string(),
+        ]);
+    }
+    right_align(&mut table);
+    Some(table)
+}
+
+/// What the lease table's columns mean.
+pub const LEASE_NOTE: &str = "a take leases its job to the worker; a job whose worker went quiet past its lease went back to the front of its tenant's queue (redelivered); ran twice: its first worker finished it too, and that finish was refused";
+
 /// Per class, per strategy: waits, slowdown, counts, tokens and done time
 /// (medians of the runs).
 pub fn class_table(results: &LabResults, style: TableStyle) -> Table {
@@ -453,6 +491,11 @@ impl Exporter for TableExporter {
                 if let Some(table) = queue_table(results, UTF8_FULL_CONDENSED) {
                     out.push_str("\nThe queue's own cost (medians of the runs):\n");
                     out.push_str(&fit_terminal(table).to_string());
+                }
+                if let Some(table) = lease_table(results, UTF8_FULL_CONDENSED) {
+                    out.push_str("\nLeases and faults (medians of the runs):\n");
+                    out.push_str(&fit_terminal(table).to_string());
+                    out.push_str(&format!("\nLeases: {LEASE_NOTE}.\n"));
                 }
             }
             ClockKind::Virtual => {

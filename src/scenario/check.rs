@@ -66,6 +66,12 @@ impl Scenario {
         if let Some(b) = &self.backend {
             check_backend(b)?;
         }
+        if let Some(l) = self.lease_s {
+            positive_seconds("lease_s", l)?;
+        }
+        for (i, f) in self.fault.iter().enumerate() {
+            f.check().map_err(|m| (format!("fault[{i}]"), m))?;
+        }
         let jobs = self.jobs_per_run();
         if jobs > MAX_JOBS_PER_RUN {
             return fail(

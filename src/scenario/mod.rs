@@ -11,11 +11,13 @@ use serde::{Deserialize, Serialize};
 
 mod check;
 pub mod dist;
+pub mod faults;
 pub mod limits;
 pub mod population;
 pub mod trace;
 
 pub use dist::Dist;
+pub use faults::{Fault, FaultKind};
 pub use limits::{
     Budget, Clients, Jitter, Layer, OnTimeout, Provider, RateLimit, Retry, RetryAfter, Workspace,
 };
@@ -75,6 +77,14 @@ pub struct Scenario {
     /// `[backend]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendSpec>,
+    /// On a queue server, how long a take's lease lasts unless the worker
+    /// renews it, seconds (default: three times the 99th-percentile job,
+    /// at least 0.05 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_s: Option<f64>,
+    /// Faults injected into every run on a queue server: `[[fault]]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fault: Vec<Fault>,
     pub strategy: Vec<Strategy>,
 }
 

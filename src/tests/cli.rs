@@ -62,6 +62,75 @@ fn bad_scenarios_get_one_line_naming_file_and_key() {
 }
 
 #[test]
+fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
+    // clap's own layout: the error on its first line, then a hint to --help.
+    let clap_error = |fault: &str, expected: &str| {
+        let out = noisylab(&["run", "lab/smoke.toml", "--fault", fault]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(first.contains(expected), "{expected:?} in {stderr:?}");
+    };
+    clap_error(
+        "kill_worker",
+        "\"kill_worker\" is not KEY=VALUE; a fault is kind=KIND,at_s=SECONDS",
+    );
+    clap_error("kind=kill_worker,at=1", "unknown field `at`");
+    clap_error(
+        "kind=slow_link,at_s=1",
+        "kind \"slow_link\" is not carried yet; allowed: kill_worker, pause_worker",
+    );
+    // Each checked before anything starts: no lab, no server.
+    let fault = "kind=kill_worker,at_s=0.2";
+    assert_bad_input(
+        &[
+            "run",
+            "lab/smoke.toml",
+            "--clock",
+            "virtual",
+            "--fault",
+            fault,
+        ],
+        "[[fault]] runs on a queue server (--backend redis): the in-process lab does not simulate faults yet",
+    );
+    assert_bad_input(
+        &[
+            "run",
+            "lab/smoke.toml",
+            "--backend",
+            "postgres",
+            "--fault",
+            fault,
+        ],
+        "[[fault]] is not carried by the PostgreSQL backend yet",
+    );
+    assert_bad_input(
+        &[
+            "run",
+            "lab/smoke.toml",
+            "--backend",
+            "redis",
+            "--processes",
+            "0",
+            "--fault",
+            fault,
+        ],
+        "[[fault]] strikes worker processes the lab starts: drop --processes 0",
+    );
+    assert_bad_input(
+        &[
+            "run",
+            "lab/smoke.toml",
+            "--backend",
+            "redis",
+            "--fault",
+            "kind=kill_worker,at_s=0.2,target=3",
+        ],
+        "fault[0]: target 3 names a worker process, but the lab starts 2 (from 1 to 2)",
+    );
+}
+
+#[test]
 fn an_unknown_strategy_filter_lists_the_known_ones() {
     assert_bad_input(
         &["run", "--clock", "virtual", "--strategy", "LIFO"],

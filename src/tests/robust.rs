@@ -156,6 +156,26 @@ fn each_bad_scenario_gets_its_message() {
             ),
             "x.toml: strategy: at least one [[strategy]] is needed (queue = \"fifo\" or \"fair\")",
         ),
+        (
+            edit("workers = 20", "workers = 20\nlease_s = 0"),
+            "x.toml: lease_s: must be more than 0 seconds, found 0",
+        ),
+        (
+            format!("{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"melt_server\"\n"),
+            "x.toml:48:8: fault[0].kind: unknown value `melt_server`; allowed: `kill_worker`, `pause_worker`, `drop_connections`, `restart_server`, `slow_link`",
+        ),
+        (
+            format!("{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"restart_server\"\n"),
+            "x.toml: fault[0]: kind \"restart_server\" is not carried yet; allowed: kill_worker, pause_worker",
+        ),
+        (
+            format!("{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"pause_worker\"\n"),
+            "x.toml: fault[0]: pause_worker needs duration_s, more than 0 seconds",
+        ),
+        (
+            format!("{ARTICLE}\n[[fault]]\nat_s = -1\nkind = \"kill_worker\"\n"),
+            "x.toml: fault[0]: at_s must be 0 or more seconds, found -1",
+        ),
     ];
     assert!(cases.len() >= 25);
     for (text, expected) in &cases {

@@ -224,6 +224,15 @@ pub fn against_model(results: &LabResults) -> ModelVerdict {
             late: BTreeMap::new(),
         };
     }
+    if !results.scenario.fault.is_empty() {
+        return ModelVerdict {
+            checks: Vec::new(),
+            not_run: Some(
+                "the model does not simulate faults yet, and the scenario injects [[fault]]".into(),
+            ),
+            late: BTreeMap::new(),
+        };
+    }
     let mut checks = Vec::new();
     let mut late = BTreeMap::new();
     for s in &results.strategies {

@@ -81,7 +81,11 @@ impl PgTaker {
     fn job(row: &postgres::Row) -> Option<Job> {
         let job: Option<i64> = row.get(0);
         let tenant: Option<i32> = row.get(1);
-        Some((job? as u32, tenant? as u32))
+        Some(Job {
+            id: job? as u32,
+            queue: tenant? as u32,
+            lease: 0,
+        })
     }
 }
 
@@ -111,10 +115,11 @@ impl Taker for PgTaker {
         Ok(Self::job(&row))
     }
 
-    fn finish(&mut self, (job, tenant): Job) -> Result<Option<Job>> {
+    fn finish(&mut self, job: Job) -> Result<Option<Job>> {
+        let (id, tenant) = (i64::from(job.id), job.queue as i32);
         let row = self
             .client
-            .query_one(&self.finish, &[&self.me, &i64::from(job), &(tenant as i32)])
+            .query_one(&self.finish, &[&self.me, &id, &tenant])
             .map_err(db)?;
         Ok(Self::job(&row))
     }

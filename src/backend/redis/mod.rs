@@ -112,6 +112,15 @@ impl RedisWire {
             .query(&mut self.con)?)
     }
 
+    fn fcall_with(&mut self, name: &str, arg: u64) -> Result<i64> {
+        Ok(cmd("FCALL")
+            .arg(name)
+            .arg(0)
+            .arg(&self.p)
+            .arg(arg)
+            .query(&mut self.con)?)
+    }
+
     /// Delete every key under `prefix` (and the functions' copy of a
     /// queue's settings).
     fn delete(&mut self, prefix: &str) -> Result<()> {
@@ -182,6 +191,9 @@ impl Wire for RedisWire {
             }
         }
         call.query::<i64>(&mut self.con)?;
+        if let Some(us) = setup.lease_us {
+            self.fcall_with("noisylab_lease", us)?;
+        }
         let durations: Vec<String> = setup.durations.iter().map(u64::to_string).collect();
         cmd("SET")
             .arg(format!("{}durations", self.p))
@@ -288,6 +300,14 @@ impl Wire for RedisWire {
         self.fcall("noisylab_halt").map(drop)
     }
 
+    fn leases(&self) -> bool {
+        true
+    }
+
+    fn reap(&mut self) -> Result<()> {
+        self.fcall("noisylab_reap").map(drop)
+    }
+
     fn end_run(&mut self) -> Result<()> {
         let p = self.p.clone();
         self.delete(&p)
@@ -301,7 +321,8 @@ impl Wire for RedisWire {
     }
 }
 
-/// One line of the server's log: "kind job sec usec [woke]".
+/// One line of the server's log: "kind job sec usec [woke]" (kinds in
+/// `noisylab.lua`'s header).
 fn stamp(line: &str) -> Result<Stamp> {
     let mut it = line.split(' ');
     let (Some(kind), Some(job), Some(sec), Some(usec)) =
@@ -320,6 +341,8 @@ fn stamp(line: &str) -> Result<Stamp> {
         "s" => Stamp::Started { job, us },
         "f" => Stamp::Finished { job, us },
         "r" => Stamp::Refused { job, us },
+        "l" => Stamp::Redelivered { job, us },
+        "x" => Stamp::LateFinish { job, us },
         _ => bail!("a log line of unknown kind: {line:?}"),
     })
 }

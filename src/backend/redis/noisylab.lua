@@ -8,15 +8,27 @@
 --
 -- Load it with `redis-cli FUNCTION LOAD REPLACE "$(cat noisylab.lua)"`; a
 -- worker then loops: FCALL noisylab_take 0 P 0 (or, with nothing to take,
--- BLPOP P.."wake" and FCALL noisylab_take 0 P 1), run the job, FCALL
--- noisylab_finish 0 P job tenant, which hands back the next job. A
--- submitter calls FCALL noisylab_submit 0 P job tenant [cost].
+-- BLPOP P.."wake" and FCALL noisylab_take 0 P 1), which hands it
+-- "job tenant lease", run the job, FCALL noisylab_finish 0 P job tenant
+-- lease, which hands back the next job. A submitter calls FCALL
+-- noisylab_submit 0 P job tenant [cost].
+--
+-- Leases (after FCALL noisylab_lease 0 P microseconds): a take leases the
+-- job to its worker until the server's clock passes the lease; a worker
+-- holding a job longer renews it (FCALL noisylab_renew 0 P job tenant
+-- lease). Every call first hands expired leases' jobs back to the front of
+-- their tenant's queue (noisylab_reap does only that, for a queue whose
+-- workers are all gone): a worker that died or stopped loses its job, its
+-- cap slot is freed, and the job starts again in its tenant's turn. A
+-- finish is fenced: one whose lease ran out is refused (logged "x") and
+-- the job counts only when its new holder finishes it.
 --
 -- Keys. Every key of one queue sits under a prefix P (ARGV[1], for example
 -- "noisylab:7f3a:0:"), so many queues share a server; tenants and jobs are
 -- numbers, a job's id growing with its arrival.
 --   P.."cfg"      hash   queue = fifo | fair | vtc | halt, cap, limit, reserve
---                        (-1: no lending), expect (jobs accepted in all)
+--                        (-1: no lending), expect (jobs accepted in all),
+--                        lease (microseconds; absent: no leases)
 --   P.."q:"..t    list   tenant t's waiting jobs, oldest first
 --   P.."run"      hash   with a cap: tenant -> its jobs running now
 --   P.."queued"   string jobs waiting, all tenants
@@ -33,7 +45,8 @@
 --                        counter: the floor a newcomer is lifted to
 --   P.."ctr"      hash   vtc: tenant -> its counter, service ÷ weight
 --   P.."w"        hash   vtc: tenant -> its weight (absent: 1)
---   P.."cost"     hash   vtc: job -> its cost, until it starts
+--   P.."cost"     hash   vtc: job -> its cost, until it finishes (a
+--                        redelivered job's charge is refunded)
 --   P.."vlast"    string vtc: the counter of the tenant whose start last
 --                        left nobody with work: the floor while nobody has
 --   P.."capped"   zset   with lending: tenants at their cap with work, by
@@ -45,12 +58,18 @@
 --   P.."wake"     list   one token per idle worker woken to take a job
 --   P.."pending"  string wake tokens pushed and not yet taken up: a submit
 --                        wakes a worker only for a job no token covers yet
---   P.."log"      list   "e|s|f|r job sec usec [woke]": enqueued, started,
---                        finished, refused, on the server's clock (TIME)
+--   P.."lease"    zset   "job tenant lease" -> when the lease runs out (µs
+--                        on the server's clock), for every job running
+--   P.."lid"      string the last lease number given
+--   P.."log"      list   "e|s|f|r|l|x job sec usec [woke]": enqueued,
+--                        started, finished, refused, lease ran out (the job
+--                        went back to its queue), late finish refused; on
+--                        the server's clock (TIME)
 --   P.."done", P.."end": finishes counted; a token once `expect` is reached
 --
 -- Cost. fair: O(1) a call; fifo, vtc, a cap with lending: O(log tenants)
--- (a few sorted-set operations); never a scan over tenants or jobs. Keys
+-- (a few sorted-set operations); leases add O(log running) a call; never
+-- a scan over tenants or jobs. Keys
 -- are built from the prefix rather than passed in KEYS: for one server, not
 -- a cluster.
 --
@@ -66,20 +85,20 @@ local settings = {}
 local function cfg(P)
   local c = settings[P]
   if c then return c end
-  local v = redis.call('HMGET', P .. 'cfg', 'queue', 'cap', 'limit', 'reserve', 'expect')
+  local v = redis.call('HMGET', P .. 'cfg', 'queue', 'cap', 'limit', 'reserve', 'expect', 'lease')
   if not v[1] then
     error('noisylab: no queue under prefix ' .. P)
   end
   c = { queue = v[1], cap = tonumber(v[2]), limit = tonumber(v[3]),
-        reserve = tonumber(v[4]), expect = tonumber(v[5]) }
+        reserve = tonumber(v[4]), expect = tonumber(v[5]), lease = tonumber(v[6]) }
   settings[P] = c
   return c
 end
 
--- The server's clock as "sec usec", for the log.
+-- The server's clock as "sec usec", for the log, and in microseconds.
 local function clock()
   local t = redis.call('TIME')
-  return t[1] .. ' ' .. t[2]
+  return t[1] .. ' ' .. t[2], tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 local function entry(kind, job, stamp)
@@ -154,7 +173,6 @@ end
 -- work if it has more, or, the last to leave them, the next lift's floor.
 local function served(P, t, job, h)
   local cost = tonumber(redis.call('HGET', P .. 'cost', job) or 1)
-  redis.call('HDEL', P .. 'cost', job)
   local weight = tonumber(redis.call('HGET', P .. 'w', t) or 1)
   local x = counter(P, t) + cost / weight
   redis.call('HSET', P .. 'ctr', t, digits(x))
@@ -282,10 +300,95 @@ local function finished(P, c, t)
   ready(P, c, t, head(P, t))
 end
 
--- A worker's next job, stamped started at `stamp`: the job's log entry and
--- "job tenant" for the worker; or, with none to start, the worker counted
--- idle (it then blocks on P.."wake").
-local function hand_out(P, c, stamp)
+-- vtc: tenant t's counter given back the charge of `job`, which did not
+-- run to its end.
+local function refund(P, t, job)
+  local cost = tonumber(redis.call('HGET', P .. 'cost', job) or 1)
+  local weight = tonumber(redis.call('HGET', P .. 'w', t) or 1)
+  local x = counter(P, t) - cost / weight
+  redis.call('HSET', P .. 'ctr', t, digits(x))
+  if redis.call('ZSCORE', P .. 'vback', member(t)) then
+    redis.call('ZADD', P .. 'vback', digits(x), member(t))
+  end
+  if redis.call('ZSCORE', P .. 'vready', member(t)) then
+    redis.call('ZADD', P .. 'vready', digits(x), member(t))
+  end
+end
+
+-- A running job of tenant t whose lease ran out goes back to the front of
+-- its tenant's queue, and its cap slot is freed: fifo serves it by its own
+-- (oldest) arrival, fair in its tenant's turn (a tenant with nothing else
+-- waiting joins the fresh tenants, served first), vtc refunds its charge.
+local function requeue(P, c, t, job)
+  local q = P .. 'q:' .. t
+  local w = redis.call('LLEN', q) -- waiting before
+  if c.queue == 'vtc' then refund(P, t, job) end
+  redis.call('LPUSH', q, job)
+  redis.call('INCR', P .. 'queued')
+  if c.queue == 'vtc' and w == 0 then lift(P, t) end
+  local r = 0
+  if c.cap ~= NO_CAP then
+    r = redis.call('HINCRBY', P .. 'run', t, -1)
+    runnable(P, c, w, r + 1, w + 1, r)
+  end
+  if w == 0 or (r < c.cap and r + 1 >= c.cap) then
+    -- it was in no turn: nothing waiting, or at its cap and now below
+    if c.reserve >= 0 and w > 0 then redis.call('ZREM', P .. 'capped', t) end
+    if r >= c.cap then
+      if c.reserve >= 0 then redis.call('ZADD', P .. 'capped', job, t) end
+    elseif c.queue == 'fair' and w == 0 then
+      redis.call('RPUSH', P .. 'fresh', t)
+    else
+      ready(P, c, t, job)
+    end
+  else
+    -- already in its turn (or still at its cap): its oldest job is this one
+    if c.queue == 'fifo' and r < c.cap then
+      redis.call('ZADD', P .. 'ready', 'XX', job, t)
+    elseif c.reserve >= 0 and r >= c.cap then
+      redis.call('ZADD', P .. 'capped', 'XX', job, t)
+    end
+  end
+end
+
+-- Whether to wake one more idle worker: jobs that may start now (and,
+-- with lending and more than `reserve` idle, the capped ones too) that no
+-- wake token on its way covers yet; if so, a token for one.
+local function wake(P, c)
+  local idle = tonumber(redis.call('GET', P .. 'idle') or 0)
+  if idle > 0 and wake_another(P, c, idle) then
+    redis.call('DECR', P .. 'idle')
+    redis.call('INCR', P .. 'pending')
+    redis.call('RPUSH', P .. 'wake', 1)
+    return 1
+  end
+  return 0
+end
+
+-- Every job whose lease ran out by `now` back in its queue (logged "l"),
+-- and idle workers woken for them. Returns how many.
+local function reap(P, c, stamp, now)
+  if not c.lease then return 0 end
+  local out = redis.call('ZRANGEBYSCORE', P .. 'lease', '-inf', string.format('%.0f', now))
+  for _, m in ipairs(out) do
+    redis.call('ZREM', P .. 'lease', m)
+    local job, t = string.match(m, '^(%d+) (%d+) ')
+    requeue(P, c, t, tonumber(job))
+    redis.call('RPUSH', P .. 'log', entry('l', job, stamp))
+  end
+  if #out > 0 and c.queue ~= 'halt' then
+    for _ = 1, #out do
+      if wake(P, c) == 0 then break end
+    end
+  end
+  return #out
+end
+
+-- A worker's next job, stamped started at `stamp` and leased until `now`
+-- plus the lease: the job's log entry and "job tenant lease" for the
+-- worker; or, with none to start, the worker counted idle (it then blocks
+-- on P.."wake").
+local function hand_out(P, c, stamp, now)
   if c.queue == 'halt' then
     redis.call('INCR', P .. 'idle')
     return nil, false
@@ -299,7 +402,13 @@ local function hand_out(P, c, stamp)
     redis.call('INCR', P .. 'idle')
     return nil, false
   end
-  return entry('s', job, stamp), job .. ' ' .. t
+  local lid = 0
+  if c.lease then
+    lid = redis.call('INCR', P .. 'lid')
+    redis.call('ZADD', P .. 'lease', string.format('%.0f', now + c.lease),
+      job .. ' ' .. t .. ' ' .. lid)
+  end
+  return entry('s', job, stamp), job .. ' ' .. t .. ' ' .. lid
 end
 
 -- setup(P, queue, cap, limit, reserve [, tenant, weight]...): a new queue;
@@ -327,51 +436,88 @@ end
 local function submit(_, args)
   local P, job, t = args[1], tonumber(args[2]), args[3]
   local c = cfg(P)
-  local stamp = clock()
+  local stamp, now = clock()
+  reap(P, c, stamp, now)
   local ok, waiting = push(P, c, t, job, args[4])
   if not ok then
     redis.call('RPUSH', P .. 'log', entry('r', job, stamp))
     return { 0, waiting }
   end
-  local idle = tonumber(redis.call('GET', P .. 'idle') or 0)
-  local woke = 0
-  if idle > 0 and wake_another(P, c, idle) then
-    redis.call('DECR', P .. 'idle')
-    redis.call('INCR', P .. 'pending')
-    redis.call('RPUSH', P .. 'wake', 1)
-    woke = 1
-  end
+  local woke = wake(P, c)
   redis.call('RPUSH', P .. 'log', entry('e', job, stamp) .. ' ' .. woke)
   return { 1, woke }
 end
 
 -- take(P, woken): a worker asks for a job, at the run's start (0) or
--- woken by a token (1): "job tenant", or nil (the worker is idle).
+-- woken by a token (1): "job tenant lease", or nil (the worker is idle).
 local function take_job(_, args)
   local P = args[1]
   local c = cfg(P)
   if args[2] == '1' then redis.call('DECR', P .. 'pending') end
-  local started, job = hand_out(P, c, clock())
+  local stamp, now = clock()
+  reap(P, c, stamp, now)
+  local started, job = hand_out(P, c, stamp, now)
   if started then redis.call('RPUSH', P .. 'log', started) end
   return job
 end
 
--- finish(P, job, tenant): the job is done; the same worker's next job.
+-- finish(P, job, tenant, lease): the job is done; the same worker's next
+-- job. With leases, a finish whose lease ran out (the job went back to its
+-- queue) is refused and logged "x": the job's new holder finishes it.
 local function finish(_, args)
   local P, job, t = args[1], tonumber(args[2]), args[3]
   local c = cfg(P)
-  local stamp = clock()
-  finished(P, c, t)
-  local started, next = hand_out(P, c, stamp)
-  if started then
-    redis.call('RPUSH', P .. 'log', entry('f', job, stamp), started)
-  else
-    redis.call('RPUSH', P .. 'log', entry('f', job, stamp))
+  local stamp, now = clock()
+  local held = true
+  if c.lease then
+    held = redis.call('ZREM', P .. 'lease', job .. ' ' .. t .. ' ' .. args[4]) == 1
   end
-  if redis.call('INCR', P .. 'done') == c.expect then
+  reap(P, c, stamp, now)
+  local mark = 'x'
+  if held then
+    mark = 'f'
+    finished(P, c, t)
+    if c.queue == 'vtc' then redis.call('HDEL', P .. 'cost', job) end
+  end
+  local started, next = hand_out(P, c, stamp, now)
+  if started then
+    redis.call('RPUSH', P .. 'log', entry(mark, job, stamp), started)
+  else
+    redis.call('RPUSH', P .. 'log', entry(mark, job, stamp))
+  end
+  if held and redis.call('INCR', P .. 'done') == c.expect then
     redis.call('RPUSH', P .. 'end', 1)
   end
   return next
+end
+
+-- renew(P, job, tenant, lease): the worker still holds the job: its lease
+-- runs on from now. 1, or 0 if the lease ran out already (the job is back
+-- in its queue or someone else's; this worker's finish will be refused).
+local function renew(_, args)
+  local P = args[1]
+  local c = cfg(P)
+  if not c.lease then return 1 end
+  local stamp, now = clock()
+  reap(P, c, stamp, now)
+  return redis.call('ZADD', P .. 'lease', 'XX', 'CH', string.format('%.0f', now + c.lease),
+    args[2] .. ' ' .. args[3] .. ' ' .. args[4])
+end
+
+-- lease(P, microseconds): takes lease their jobs from now on.
+local function set_lease(_, args)
+  local P = args[1]
+  redis.call('HSET', P .. 'cfg', 'lease', tonumber(args[2]))
+  settings[P] = nil
+  return 1
+end
+
+-- reap(P): expired leases' jobs back in their queues, now: for a queue
+-- whose workers have all gone quiet. Returns how many.
+local function reap_now(_, args)
+  local P = args[1]
+  local stamp, now = clock()
+  return reap(P, cfg(P), stamp, now)
 end
 
 -- expect(P, n): the submitter accepted n jobs in all; P.."end" gets a token
@@ -429,6 +575,9 @@ redis.register_function('noisylab_submit', submit)
 redis.register_function('noisylab_take', take_job)
 redis.register_function('noisylab_finish', finish)
 redis.register_function('noisylab_expect', expect)
+redis.register_function('noisylab_renew', renew)
+redis.register_function('noisylab_lease', set_lease)
+redis.register_function('noisylab_reap', reap_now)
 redis.register_function('noisylab_halt', halt)
 redis.register_function('noisylab_forget', forget)
 redis.register_function('noisylab_push', push_only)

@@ -3,6 +3,8 @@
 //! `noisylab_finish` jobs, and an idle worker blocks on the run's `wake`
 //! list.
 
+use std::time::Duration;
+
 use anyhow::{Context, Result, bail};
 use redis::{Client, Connection, cmd};
 
@@ -65,14 +67,34 @@ impl Taker for RedisTaker {
             .context("the run's durations are not numbers")
     }
 
+    fn lease(&mut self) -> Result<Option<Duration>> {
+        let us: Option<u64> = cmd("HGET")
+            .arg(format!("{}cfg", self.p))
+            .arg("lease")
+            .query(&mut self.con)?;
+        Ok(us.map(Duration::from_micros))
+    }
+
+    fn renew(&mut self, job: Job) -> Result<bool> {
+        let changed: i64 = cmd("FCALL")
+            .arg("noisylab_renew")
+            .arg(0)
+            .arg(&self.p)
+            .arg(job.id)
+            .arg(job.queue)
+            .arg(job.lease)
+            .query(&mut self.con)?;
+        Ok(changed == 1)
+    }
+
     fn take(&mut self, woken: bool) -> Result<Option<Job>> {
         take(&mut self.con, &self.p, woken)?
             .map(|p| parse(&p))
             .transpose()
     }
 
-    fn finish(&mut self, (job, tenant): Job) -> Result<Option<Job>> {
-        finish(&mut self.con, &self.p, job, tenant)?
+    fn finish(&mut self, job: Job) -> Result<Option<Job>> {
+        finish(&mut self.con, &self.p, job)?
             .map(|p| parse(&p))
             .transpose()
     }
@@ -94,7 +116,7 @@ impl Taker for RedisTaker {
     }
 }
 
-/// One take on the queue under `p`: its next job, "job tenant", or `None`
+/// One take on the queue under `p`: its next job, "job tenant lease", or `None`
 /// (the worker is counted idle and should block on `p` + `wake`).
 pub fn take(con: &mut Connection, p: &str, woken: bool) -> Result<Option<String>> {
     Ok(cmd("FCALL")
@@ -105,22 +127,33 @@ pub fn take(con: &mut Connection, p: &str, woken: bool) -> Result<Option<String>
         .query(con)?)
 }
 
-/// Finish `job` of `tenant` and take the worker's next job, in one call.
-pub fn finish(con: &mut Connection, p: &str, job: u32, tenant: u32) -> Result<Option<String>> {
+/// Finish `job` (refused if its lease ran out) and take the worker's next
+/// job, in one call.
+pub fn finish(con: &mut Connection, p: &str, job: Job) -> Result<Option<String>> {
     Ok(cmd("FCALL")
         .arg("noisylab_finish")
         .arg(0)
         .arg(p)
-        .arg(job)
-        .arg(tenant)
+        .arg(job.id)
+        .arg(job.queue)
+        .arg(job.lease)
         .query(con)?)
 }
 
-/// A job as the functions hand it out: "job tenant".
-pub fn parse(payload: &str) -> Result<(u32, u32)> {
-    let mut it = payload.split(' ').map(str::parse::<u32>);
-    match (it.next(), it.next()) {
-        (Some(Ok(job)), Some(Ok(tenant))) => Ok((job, tenant)),
-        _ => bail!("a job from the server that is not \"job tenant\": {payload:?}"),
+/// A job as the functions hand it out: "job tenant lease".
+pub fn parse(payload: &str) -> Result<Job> {
+    let mut it = payload.split(' ');
+    let mut num = || it.next().and_then(|x| x.parse::<u64>().ok());
+    match (num(), num(), num()) {
+        (Some(id), Some(queue), Some(lease))
+            if id <= u32::MAX.into() && queue <= u32::MAX.into() =>
+        {
+            Ok(Job {
+                id: id as u32,
+                queue: queue as u32,
+                lease,
+            })
+        }
+        _ => bail!("a job from the server that is not \"job tenant lease\": {payload:?}"),
     }
 }

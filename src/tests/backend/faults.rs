@@ -1,0 +1,179 @@
+//! Leases and faults on Redis. The functions: a job whose lease runs out
+//! goes back to the front of its tenant's queue with its cap slot freed (and
+//! vtc's charge refunded), the late holder's finish is refused, and a reap
+//! with every worker gone wakes an idle one. The lab: a worker process
+//! killed and another stopped past its lease during the smoke lab's burst,
+//! under fifo, a capped fair queue and a capped vtc: nothing lost, every
+//! cap kept by the server's stamps, the stopped worker's jobs counted as
+//! ran twice and their finishes refused.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use noisylab::backend::redis as redis_backend;
+use noisylab::backend::{Backend, RunInput, Target};
+use noisylab::lab;
+use noisylab::scenario::Scenario;
+
+use super::{check_stamps, common, one_at_a_time, redis_plan, server};
+
+/// `FCALL name 0 args…` on `con`.
+fn fcall<T: redis::FromRedisValue>(con: &mut redis::Connection, name: &str, args: &[&str]) -> T {
+    let mut c = redis::cmd("FCALL");
+    c.arg(name).arg(0);
+    for a in args {
+        c.arg(*a);
+    }
+    c.query(con).unwrap()
+}
+
+fn log(con: &mut redis::Connection, p: &str) -> Vec<String> {
+    let lines: Vec<String> = redis::cmd("LRANGE")
+        .arg(format!("{p}log"))
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .unwrap();
+    // "kind job sec usec [woke]" without the instants.
+    lines
+        .iter()
+        .map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            format!("{} {}", w[0], w[1])
+        })
+        .collect()
+}
+
+#[test]
+fn a_lease_that_runs_out_hands_the_job_back_and_fences_the_late_finish() {
+    let _turn = one_at_a_time();
+    let Some(server) = server() else { return };
+    let mut con = redis_backend::connect(&server.url).unwrap();
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(redis_backend::LIBRARY)
+        .query::<String>(&mut con)
+        .unwrap();
+    for queue in ["fifo", "fair", "vtc"] {
+        let p = format!("lease:{queue}:");
+        // Tenant 1, a cap of 1, a lease of 50 ms; two jobs.
+        let _: i64 = fcall(&mut con, "noisylab_setup", &[&p, queue, "1", "-1", "-1"]);
+        let _: i64 = fcall(&mut con, "noisylab_lease", &[&p, "50000"]);
+        let _: (i64, i64) = fcall(&mut con, "noisylab_submit", &[&p, "0", "1", "1"]);
+        let _: (i64, i64) = fcall(&mut con, "noisylab_submit", &[&p, "1", "1", "1"]);
+        let _: i64 = fcall(&mut con, "noisylab_expect", &[&p, "2"]);
+        let first: String = fcall(&mut con, "noisylab_take", &[&p, "0"]);
+        assert!(first.starts_with("0 1 "), "{queue}: {first}");
+        let idle: Option<String> = fcall(&mut con, "noisylab_take", &[&p, "0"]);
+        assert_eq!(idle, None, "{queue}: tenant 1 is at its cap of 1");
+        // The holder goes quiet past its lease; nobody calls but the reap,
+        // which hands the job back and wakes the idle worker.
+        std::thread::sleep(Duration::from_millis(120));
+        let reaped: i64 = fcall(&mut con, "noisylab_reap", &[&p]);
+        assert_eq!(reaped, 1, "{queue}");
+        let woken: i64 = redis::cmd("LLEN")
+            .arg(format!("{p}wake"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(woken, 1, "{queue}: the idle worker is woken for it");
+        // The job starts again, first of its tenant's, under a new lease:
+        // its cap slot was freed.
+        let again: String = fcall(&mut con, "noisylab_take", &[&p, "1"]);
+        assert!(
+            again.starts_with("0 1 ") && again != first,
+            "{queue}: {again}"
+        );
+        // The first holder wakes up and finishes: refused, and handed
+        // nothing (the tenant is at its cap with the job's new holder).
+        let old_lease = first.rsplit(' ').next().unwrap();
+        let late: Option<String> = fcall(&mut con, "noisylab_finish", &[&p, "0", "1", old_lease]);
+        assert_eq!(late, None, "{queue}");
+        // A renewal of the lost lease fails; the new one's succeeds.
+        let new_lease = again.rsplit(' ').next().unwrap();
+        let lost: i64 = fcall(&mut con, "noisylab_renew", &[&p, "0", "1", old_lease]);
+        let held: i64 = fcall(&mut con, "noisylab_renew", &[&p, "0", "1", new_lease]);
+        assert_eq!((lost, held), (0, 1), "{queue}");
+        let next: String = fcall(&mut con, "noisylab_finish", &[&p, "0", "1", new_lease]);
+        assert!(next.starts_with("1 1 "), "{queue}: {next}");
+        let lease = next.rsplit(' ').next().unwrap().to_string();
+        let none: Option<String> = fcall(&mut con, "noisylab_finish", &[&p, "1", "1", &lease]);
+        assert_eq!(none, None);
+        assert_eq!(
+            log(&mut con, &p),
+            [
+                "e 0", "e 1", "s 0", "l 0", "s 0", "x 0", "f 0", "s 1", "f 1"
+            ],
+            "{queue}"
+        );
+        let get = |con: &mut redis::Connection, k: &str, f: &str| -> Option<String> {
+            redis::cmd("HGET")
+                .arg(format!("{p}{k}"))
+                .arg(f)
+                .query(con)
+                .unwrap()
+        };
+        let done: i64 = redis::cmd("GET")
+            .arg(format!("{p}done"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(done, 2, "{queue}: the refused finish does not count");
+        // No cap slot leaked.
+        assert_eq!(get(&mut con, "run", "1"), Some("0".into()), "{queue}");
+        if queue == "vtc" {
+            // Charged for two jobs, not three: the lost start was refunded.
+            assert_eq!(get(&mut con, "ctr", "1"), Some("2".into()));
+        }
+    }
+}
+
+#[test]
+fn a_worker_killed_and_one_stopped_past_its_lease_lose_nothing() {
+    let _turn = one_at_a_time();
+    let Some(_gate) = server() else { return };
+    drop(_gate); // only the check; the backend starts its own
+    // The smoke lab (4 workers in 2 processes, 20 ms jobs: a 60 ms lease),
+    // its burst of 40 at 0.1 s keeping every worker busy until about
+    // 0.3 s: process 1 killed at 0.12 s (replaced at once), process 2
+    // stopped from 0.15 s for 0.2 s, past its lease.
+    let text = std::fs::read_to_string("lab/smoke.toml").unwrap()
+        + "\n[[strategy]]\nname = \"vtc, cap 2\"\nqueue = \"vtc\"\ncap = 2\n\
+           \n[[fault]]\nat_s = 0.12\nkind = \"kill_worker\"\ntarget = 1\n\
+           \n[[fault]]\nat_s = 0.15\nkind = \"pause_worker\"\nduration_s = 0.2\ntarget = 2\n";
+    let s = Scenario::parse(Path::new("faults.toml"), &text).unwrap();
+    let mut backend = redis_backend::start(&redis_plan(Target::Own, Some(2)), s.workers).unwrap();
+    let never = AtomicBool::new(false);
+    let mut ran_twice = 0;
+    for def in &s.strategy {
+        let pool = lab::pool_for(&s, def);
+        let plan = noisylab::engine::load::plan(&s, s.seed);
+        let planned = plan.len() as u64;
+        let input = RunInput {
+            scenario: &s,
+            strategy: def,
+            pool: &pool,
+            sched: lab::scheduler(&s, def, &plan),
+            plan,
+            seed: s.seed,
+        };
+        let record = backend.run(input, &never).unwrap();
+        check_stamps(&s, def, &record.jobs, &record.redelivered);
+        let run = lab::summary::run(&s, def, &pool, s.seed, &record.jobs, &record.stats, false);
+        let tally = common::check_outcomes(&s, def, &record.jobs, &run.figures);
+        assert_eq!(tally.completed + tally.rejected, planned, "{}", def.name);
+        let f = record.queue.unwrap().faults.expect("a lease on Redis");
+        assert_eq!(f.lease_ms, 60.0);
+        assert_eq!(f.injected, 2, "{}: {f:?}", def.name);
+        // The killed process held jobs in the burst: they came back.
+        assert!(f.redelivered >= 1, "{}: {f:?}", def.name);
+        assert_eq!(f.redelivered, record.redelivered.len() as u64);
+        // Only the stopped process's 2 workers can finish past a lease, and
+        // each such finish is of a job another worker ran to its end.
+        assert_eq!(f.ran_twice, f.late_finishes_refused, "{}: {f:?}", def.name);
+        assert!(f.ran_twice <= 2, "{}: {f:?}", def.name);
+        ran_twice += f.ran_twice;
+    }
+    assert!(ran_twice >= 1, "a stopped worker's job ran twice");
+    drop(backend);
+}
