@@ -645,7 +645,8 @@ pub struct Rebuilt {
 /// The run's records from the plan and the server's stamps, with each job's
 /// found-idle mark and the run's end, in lab time from `t0_us` on the
 /// server's clock. A job started more than once (its lease ran out) keeps
-/// its last start, the one that finished it.
+/// its last start, the one that finished it, and is no dispatch-floor
+/// sample.
 pub fn records(mut jobs: Vec<JobRecord>, stamps: &[Stamp], t0_us: u64) -> Result<Rebuilt> {
     for (i, j) in jobs.iter_mut().enumerate() {
         j.origin = i as u32;
@@ -690,6 +691,11 @@ pub fn records(mut jobs: Vec<JobRecord>, stamps: &[Stamp], t0_us: u64) -> Result
                 refused_finish[job as usize] = true;
             }
         }
+    }
+    // A job whose lease ran out waited for its last start behind a fault,
+    // not behind the dispatch path: not a dispatch-floor sample.
+    for &job in &redelivered {
+        found_idle[job as usize] = false;
     }
     faults.ran_twice = jobs
         .iter()

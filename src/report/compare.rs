@@ -65,7 +65,14 @@ pub fn render(files: &[&LabResults], reference: &Reference, style: TableStyle) -
             "Strategy".to_string(),
             format!("Post ({})", reference.machine),
         ];
-        header.extend(files.iter().map(|r| heading(r)));
+        // Files of different scenarios say which is which.
+        let named = files
+            .iter()
+            .any(|r| r.scenario.name != files[0].scenario.name);
+        header.extend(files.iter().map(|r| match named {
+            true => format!("{}: {}", r.scenario.name, heading(r)),
+            false => heading(r),
+        }));
         if files.len() > 1 {
             header.push("Across the files".to_string());
         }
@@ -89,6 +96,19 @@ pub fn render(files: &[&LabResults], reference: &Reference, style: TableStyle) -
             table.add_row(row);
             rows += 1;
         }
+        // The files' own strategies, which the post has no figure for.
+        for name in own_strategies(files, reference) {
+            let mut row = vec![name.clone(), "—".to_string()];
+            for r in files {
+                let ours = r.strategy(&name).and_then(|s| (def.ours)(&s.median));
+                row.push(ours.map_or_else(|| "—".to_string(), def.show));
+            }
+            if files.len() > 1 {
+                row.push(across(files, &name, def));
+            }
+            table.add_row(row);
+            rows += 1;
+        }
         if rows == 0 {
             continue;
         }
@@ -103,6 +123,19 @@ pub fn render(files: &[&LabResults], reference: &Reference, style: TableStyle) -
         out.push_str(&verdicts(files));
     }
     out
+}
+
+/// The strategies of `files` the post does not have, each once, in the
+/// order the files first name them.
+fn own_strategies(files: &[&LabResults], reference: &Reference) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for s in files.iter().flat_map(|r| &r.strategies) {
+        let known = reference.strategy.iter().any(|p| p.name == s.name);
+        if !known && !names.contains(&s.name) {
+            names.push(s.name.clone());
+        }
+    }
+    names
 }
 
 /// What "agree" means beside `validate`, and each file's own verdict
