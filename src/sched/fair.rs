@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::{JobId, Limits, Rejected, Scheduler, TenantId, Tenants};
+use super::{Back, JobId, Limits, Rejected, Scheduler, TenantId, Tenants};
 
 /// Round robin over the tenants that are ready (work waiting, below cap), in
 /// two rings as FQ-CoDel keeps its flows (RFC 8290, section 4.1):
@@ -38,6 +38,15 @@ impl Fair {
     /// Let tenants at their cap borrow idle workers, oldest job first.
     pub fn lend(&mut self) {
         self.tenants.lend();
+    }
+
+    /// A running job handed back ([`super::AnyScheduler::requeue`]).
+    pub fn requeue(&mut self, tenant: TenantId, job: JobId) {
+        match self.tenants.requeue(tenant, job) {
+            Back::New => self.fresh.push_back(tenant),
+            Back::Ready => self.ring.push_back(tenant),
+            Back::Head | Back::Capped => {}
+        }
     }
 
     /// Two-level: within a tenant's turn, its API keys in rotation;

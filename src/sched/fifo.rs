@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::{JobId, Limits, Rejected, Scheduler, TenantId, Tenants};
+use super::{Back, JobId, Limits, Rejected, Scheduler, TenantId, Tenants};
 
 /// A min-heap of ready tenants keyed by their oldest waiting job. Job ids grow
 /// with arrival, so the heap's top is the earliest job any tenant below its cap
@@ -30,6 +30,18 @@ impl Fifo {
     pub fn lend(&mut self) {
         self.tenants.lend();
     }
+
+    /// A running job handed back ([`super::AnyScheduler::requeue`]).
+    pub fn requeue(&mut self, tenant: TenantId, job: JobId) {
+        match self.tenants.requeue(tenant, job) {
+            // Ready again, or ready with an older job than its entry says:
+            // an entry for it (the older one is skipped when it comes up).
+            Back::New | Back::Ready | Back::Head => {
+                self.ready.push(Reverse((job, tenant)));
+            }
+            Back::Capped => {}
+        }
+    }
 }
 
 impl Scheduler for Fifo {
@@ -43,7 +55,13 @@ impl Scheduler for Fifo {
 
     #[inline]
     fn take(&mut self) -> Option<(TenantId, JobId)> {
-        let Reverse((_, tenant)) = self.ready.pop()?;
+        let tenant = loop {
+            let Reverse((head, tenant)) = self.ready.pop()?;
+            // A job handed back leaves its tenant's older entry behind.
+            if self.tenants.is_ready_with(tenant, head) {
+                break tenant;
+            }
+        };
         let (job, still_ready) = self.tenants.start_next(tenant);
         if still_ready {
             self.ready

@@ -121,6 +121,17 @@ impl KeyTurns {
         self.queues[key as usize].front().copied()
     }
 
+    /// `job` first of its key's jobs again, its key first of the tenant's
+    /// turns if it had no work.
+    fn push_front(&mut self, tenant: TenantId, job: JobId) {
+        let key = self.key_of[job as usize] as usize;
+        if self.queues[key].is_empty() {
+            self.turns[tenant as usize].push_front(key as u32);
+        }
+        self.queues[key].push_front(job);
+        self.waiting[tenant as usize] += 1;
+    }
+
     fn pop(&mut self, tenant: TenantId) -> Option<JobId> {
         let turns = &mut self.turns[tenant as usize];
         let key = turns.pop_front()?;
@@ -132,6 +143,19 @@ impl KeyTurns {
         self.waiting[tenant as usize] -= 1;
         job
     }
+}
+
+/// Where a job handed back ([`Tenants::requeue`]) leaves its tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Back {
+    /// It had nothing else waiting and is below its cap: a newcomer.
+    New,
+    /// It was at its cap with work waiting and is below it now.
+    Ready,
+    /// It was ready already; the job handed back is its next now.
+    Head,
+    /// It is at (or, lent, over) its cap.
+    Capped,
 }
 
 /// Per-tenant queues and in-flight counts, the state both disciplines share.
@@ -278,6 +302,35 @@ impl Tenants {
         head.is_some()
     }
 
+    /// A running job back first of the tenant's waiting jobs (see
+    /// [`AnyScheduler::requeue`]), the tenants at their cap kept in order;
+    /// says where that leaves the tenant.
+    pub(crate) fn requeue(&mut self, tenant: TenantId, job: JobId) -> Back {
+        let old = self.front(tenant);
+        match &mut self.keys {
+            None => self.tenants[tenant as usize].queue.push_front(job),
+            Some(k) => k.push_front(tenant, job),
+        }
+        self.queued += 1;
+        let t = &mut self.tenants[tenant as usize];
+        t.running -= 1;
+        let (running, cap) = (t.running, self.limits.cap);
+        if let (Some(capped), Some(old)) = (&mut self.capped, old) {
+            capped.remove(&(old, tenant));
+        }
+        if running >= cap {
+            if let Some(capped) = &mut self.capped {
+                capped.insert((job, tenant));
+            }
+            return Back::Capped;
+        }
+        match old {
+            None => Back::New,
+            Some(_) if running + 1 == cap => Back::Ready,
+            Some(_) => Back::Head,
+        }
+    }
+
     /// Jobs the tenant has waiting.
     #[inline]
     pub(crate) fn waiting(&self, tenant: TenantId) -> usize {
@@ -285,6 +338,13 @@ impl Tenants {
             None => self.tenants[tenant as usize].queue.len(),
             Some(k) => k.waiting[tenant as usize] as usize,
         }
+    }
+
+    /// Whether the tenant is below its cap with `job` next: a ready
+    /// entry for it is current.
+    #[inline]
+    pub(crate) fn is_ready_with(&self, tenant: TenantId, job: JobId) -> bool {
+        self.tenants[tenant as usize].running < self.limits.cap && self.front(tenant) == Some(job)
     }
 
     /// The tenant's next job (it must have one waiting).
@@ -333,6 +393,22 @@ impl AnyScheduler {
             AnyScheduler::Fifo(s) => s.lend(),
             AnyScheduler::Fair(s) => s.lend(),
             AnyScheduler::Vtc(s) => s.lend(),
+        }
+    }
+
+    /// A running job of `tenant` goes back to be started again (its
+    /// worker's lease ran out on a queue server): first of its tenant's
+    /// waiting jobs, no longer running, so its cap slot is free. `fifo`
+    /// serves it by its own arrival; `fair` first among its tenant's jobs,
+    /// the tenant a newcomer if it had nothing else waiting (back in the
+    /// ring if it was at its cap); `vtc` refunds the start's charge. The
+    /// queue servers' functions keep the same rule, and the tests hold them
+    /// to it. (The scans in [`naive`] have no such step.)
+    pub fn requeue(&mut self, tenant: TenantId, job: JobId) {
+        match self {
+            AnyScheduler::Fifo(s) => s.requeue(tenant, job),
+            AnyScheduler::Fair(s) => s.requeue(tenant, job),
+            AnyScheduler::Vtc(s) => s.requeue(tenant, job),
         }
     }
 

@@ -23,7 +23,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{JobId, Limits, Rejected, Scheduler, TenantId, Tenants};
+use super::{Back, JobId, Limits, Rejected, Scheduler, TenantId, Tenants};
 
 /// A tenant's place: its counter (non-negative `f64`s order as their bits),
 /// then its id.
@@ -65,6 +65,33 @@ impl Vtc {
         self.tenants.lend();
     }
 
+    /// A running job handed back ([`super::AnyScheduler::requeue`]).
+    pub fn requeue(&mut self, tenant: TenantId, job: JobId) {
+        // The start's charge refunded, the tenant's places re-keyed.
+        let (was_ready, was_back) = (
+            self.ready.remove(&self.key(tenant)),
+            self.backlogged.remove(&self.key(tenant)),
+        );
+        let t = tenant as usize;
+        self.counter[t] -= self.cost[job as usize] / self.weight[t];
+        if was_ready {
+            self.ready.insert(self.key(tenant));
+        }
+        if was_back {
+            self.backlogged.insert(self.key(tenant));
+        }
+        let had_work = self.tenants.waiting(tenant) > 0;
+        let back = self.tenants.requeue(tenant, job);
+        // Back with work, unlifted: the counter it was chosen at stands,
+        // so it is chosen again first, as it was.
+        if !had_work {
+            self.backlogged.insert(self.key(tenant));
+        }
+        if matches!(back, Back::New | Back::Ready) {
+            self.ready.insert(self.key(tenant));
+        }
+    }
+
     /// Two-level: the tenant with the lowest counter, then its API keys in
     /// rotation; `key_of` gives each job's key by job id.
     pub fn turn_keys(&mut self, key_of: Vec<u32>) {
@@ -89,6 +116,19 @@ impl Vtc {
         self.counter[tenant as usize]
     }
 
+    /// A tenant with nothing waiting got a job: its counter lifted to the
+    /// lowest among the tenants with work, or with none to the last one's
+    /// to leave; it joins the tenants with work.
+    fn lift(&mut self, tenant: TenantId) {
+        let floor = match self.backlogged.first() {
+            Some(&(floor, _)) => f64::from_bits(floor),
+            None => self.last_left,
+        };
+        let t = tenant as usize;
+        self.counter[t] = self.counter[t].max(floor);
+        self.backlogged.insert(self.key(tenant));
+    }
+
     fn key(&self, tenant: TenantId) -> Key {
         (self.counter[tenant as usize].max(0.0).to_bits(), tenant)
     }
@@ -96,16 +136,10 @@ impl Vtc {
 
 impl Scheduler for Vtc {
     fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected> {
-        let t = tenant as usize;
         let was_idle = self.tenants.waiting(tenant) == 0;
         let now_ready = self.tenants.admit(tenant, job)?;
         if was_idle {
-            let floor = match self.backlogged.first() {
-                Some(&(floor, _)) => f64::from_bits(floor),
-                None => self.last_left,
-            };
-            self.counter[t] = self.counter[t].max(floor);
-            self.backlogged.insert(self.key(tenant));
+            self.lift(tenant);
         }
         if now_ready {
             self.ready.insert(self.key(tenant));

@@ -103,14 +103,28 @@ enum Op {
     Take(u32),
     /// Finish the running job at this index (modulo those running).
     Finish(usize),
+    /// Hand the running job at this index back, as a lease running out
+    /// does (on a server whose takes hold leases).
+    Back(usize),
 }
 
-fn ops() -> impl Strategy<Value = Vec<Op>> {
-    let op = prop_oneof![
-        4 => (0u32..5).prop_map(Op::Push),
-        3 => (1u32..8).prop_map(Op::Take),
-        2 => any::<usize>().prop_map(Op::Finish),
-    ];
+fn ops(leases: bool) -> impl Strategy<Value = Vec<Op>> {
+    let op = if leases {
+        prop_oneof![
+            4 => (0u32..5).prop_map(Op::Push),
+            3 => (1u32..8).prop_map(Op::Take),
+            2 => any::<usize>().prop_map(Op::Finish),
+            1 => any::<usize>().prop_map(Op::Back),
+        ]
+        .boxed()
+    } else {
+        prop_oneof![
+            4 => (0u32..5).prop_map(Op::Push),
+            3 => (1u32..8).prop_map(Op::Take),
+            2 => any::<usize>().prop_map(Op::Finish),
+        ]
+        .boxed()
+    };
     prop::collection::vec(op, 1..120)
 }
 
@@ -170,6 +184,10 @@ trait Functions {
     /// (tenant, job) with `idle` workers idle, or none.
     fn pop(&mut self, idle: u32) -> Option<(u32, u32)>;
     fn done(&mut self, tenant: u32);
+    /// A running job handed back; `false` where the server leases nothing.
+    fn back(&mut self, _tenant: u32, _job: u32) -> bool {
+        false
+    }
 }
 
 /// The functions, each case under a key prefix of its own (they refuse one
@@ -227,15 +245,29 @@ impl Functions for RedisFunctions {
             .query::<i64>(&mut self.0)
             .unwrap();
     }
+
+    fn back(&mut self, tenant: u32, job: u32) -> bool {
+        redis::cmd("FCALL")
+            .arg("noisylab_back")
+            .arg(0)
+            .arg(&self.1)
+            .arg(tenant)
+            .arg(job)
+            .query::<i64>(&mut self.0)
+            .unwrap();
+        true
+    }
 }
 
 /// The same operations on the in-process scheduler and on a server's
 /// functions: every take gives the same job, every push the same refusal.
-fn same_jobs(server: &mut impl Functions, case: u32, d: &Discipline, ops: &[Op]) {
+/// Returns how many running jobs were handed back.
+fn same_jobs(server: &mut impl Functions, case: u32, d: &Discipline, ops: &[Op]) -> usize {
     let strategy = strategy_of(d);
     let mut reference = AnyScheduler::new(&strategy, d.weights.clone(), || d.costs.clone());
     server.setup(case, d);
-    let (mut next_job, mut running) = (0u32, Vec::<u32>::new());
+    let (mut next_job, mut running) = (0u32, Vec::<(u32, u32)>::new());
+    let mut backs = 0;
     for (k, op) in ops.iter().enumerate() {
         match *op {
             Op::Push(t) => {
@@ -252,24 +284,32 @@ fn same_jobs(server: &mut impl Functions, case: u32, d: &Discipline, ops: &[Op])
                 };
                 let got = server.pop(idle);
                 assert_eq!(got, want, "op {k} {op:?} of {ops:?}");
-                if let Some((t, _)) = got {
-                    running.push(t);
+                if let Some(taken) = got {
+                    running.push(taken);
                 }
             }
             Op::Finish(i) if !running.is_empty() => {
-                let t = running.remove(i % running.len());
+                let (t, _) = running.remove(i % running.len());
                 reference.finished(t);
                 server.done(t);
             }
-            Op::Finish(_) => {}
+            Op::Back(i) if !running.is_empty() => {
+                let (t, job) = running.remove(i % running.len());
+                reference.requeue(t, job);
+                assert!(server.back(t, job), "hands jobs back");
+                backs += 1;
+            }
+            Op::Finish(_) | Op::Back(_) => {}
         }
     }
+    backs
 }
 
 /// `cases` random disciplines and operation sequences, each on a fresh
 /// queue of `server`'s; vtc drawn in at least a fifth.
-fn equivalence(cases: u32, server: &mut impl Functions) {
+fn equivalence(cases: u32, server: &mut impl Functions, leases: bool) {
     let (case, vtc_cases) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
+    let backs = std::cell::Cell::new(0usize);
     let server = std::cell::RefCell::new(server);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases,
@@ -277,9 +317,9 @@ fn equivalence(cases: u32, server: &mut impl Functions) {
         ..ProptestConfig::default()
     });
     runner
-        .run(&(discipline(), ops()), |(d, ops)| {
+        .run(&(discipline(), ops(leases)), |(d, ops)| {
             case.set(case.get() + 1);
-            same_jobs(*server.borrow_mut(), case.get(), &d, &ops);
+            backs.set(backs.get() + same_jobs(*server.borrow_mut(), case.get(), &d, &ops));
             if d.queue == Queue::Vtc {
                 vtc_cases.set(vtc_cases.get() + 1);
             }
@@ -287,6 +327,13 @@ fn equivalence(cases: u32, server: &mut impl Functions) {
         })
         .unwrap();
     assert!(case.get() >= cases);
+    if leases {
+        assert!(
+            backs.get() >= cases as usize,
+            "jobs handed back: {}",
+            backs.get()
+        );
+    }
     assert!(
         vtc_cases.get() >= cases / 5,
         "vtc drawn: {}",
@@ -305,7 +352,7 @@ fn the_redis_functions_take_the_same_jobs_as_the_in_process_schedulers() {
         .arg(redis_backend::LIBRARY)
         .query::<String>(&mut con)
         .unwrap();
-    equivalence(256, &mut RedisFunctions(con, String::new()));
+    equivalence(256, &mut RedisFunctions(con, String::new()), true);
 }
 
 fn server_plan(server: ServerKind, target: Target, processes: Option<u32>) -> ServerPlan {

@@ -2,7 +2,7 @@
 //! rejections, on random push / take / finish sequences.
 
 use noisylab::sched::naive::{NaiveFair, NaiveFifo, NaiveQueues, NaiveVtc};
-use noisylab::sched::{Fair, Fifo, Limits, Scheduler, Vtc};
+use noisylab::sched::{AnyScheduler, Fair, Fifo, Limits, Scheduler, Vtc};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -456,4 +456,200 @@ fn a_vtc_newcomer_into_an_empty_backlog_is_lifted_to_the_last_leaver() {
     s.push(0, 4).unwrap();
     let order: Vec<u32> = std::iter::from_fn(|| s.take().map(|(t, _)| t)).collect();
     assert_eq!(order, vec![0, 1, 0, 1], "equal counters alternate");
+}
+
+/// One step of the hand-back test.
+#[derive(Debug, Clone)]
+enum BackOp {
+    Push(u32),
+    Take,
+    /// With lending: start a job over the cap.
+    TakeOver,
+    /// Finish the running job at this index (mod the number running).
+    Finish(usize),
+    /// Hand the running job at this index back, as a lease running out
+    /// does on a queue server.
+    Back(usize),
+}
+
+fn back_ops(tenants: u32) -> impl Strategy<Value = Vec<BackOp>> {
+    prop::collection::vec(
+        prop_oneof![
+            3 => (0..tenants).prop_map(BackOp::Push),
+            3 => Just(BackOp::Take),
+            1 => Just(BackOp::TakeOver),
+            2 => any::<usize>().prop_map(BackOp::Finish),
+            1 => any::<usize>().prop_map(BackOp::Back),
+        ],
+        0..300,
+    )
+}
+
+/// What the hand-back test follows of a scheduler's jobs.
+#[derive(Default)]
+struct Ledger {
+    /// Each tenant's accepted jobs never started, oldest first.
+    fresh: Vec<std::collections::VecDeque<u32>>,
+    /// Each tenant's jobs handed back and not started again.
+    back: Vec<std::collections::BTreeSet<u32>>,
+    running: Vec<(u32, u32)>,
+    per_tenant: Vec<u32>,
+    finished: std::collections::BTreeMap<u32, u32>,
+    accepted: u32,
+    backs: u32,
+}
+
+impl Ledger {
+    /// A take's answer: a never-started job only in its tenant's order, a
+    /// started one only if it was handed back; never over the cap unless
+    /// lent.
+    fn started(&mut self, (t, job): (u32, u32), cap: u32, over: bool) -> Result<(), TestCaseError> {
+        let ti = t as usize;
+        if !self.back[ti].remove(&job) {
+            prop_assert_eq!(
+                self.fresh[ti].pop_front(),
+                Some(job),
+                "tenant {}'s order",
+                t
+            );
+        }
+        prop_assert!(
+            over || self.per_tenant[ti] < cap,
+            "tenant {} over its cap",
+            t
+        );
+        self.per_tenant[ti] += 1;
+        self.running.push((t, job));
+        Ok(())
+    }
+}
+
+fn take_one(
+    s: &mut AnyScheduler,
+    l: &mut Ledger,
+    cap: u32,
+    over: bool,
+) -> Result<bool, TestCaseError> {
+    let got = if over { s.take_over_cap() } else { s.take() };
+    match got {
+        Some(started) => l.started(started, cap, over).map(|_| true),
+        None => Ok(false),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Jobs handed back start again once, each tenant's other jobs keep
+    /// their order, no tenant passes its cap but by lending, and once the
+    /// queue drains every accepted job finished exactly once.
+    #[test]
+    fn handed_back_jobs_start_again_once_and_caps_hold(
+        (tenants, ops) in (1u32..8).prop_flat_map(|t| (Just(t), back_ops(t))),
+        limits in limits(),
+        which in 0u8..3,
+        lend in any::<bool>(),
+    ) {
+        let n = tenants as usize;
+        let mut s = match which {
+            0 => AnyScheduler::Fifo(Fifo::new(n, limits)),
+            1 => AnyScheduler::Fair(Fair::new(n, limits)),
+            _ => AnyScheduler::Vtc(Vtc::new(n, limits, vec![1.0; n], vec![1.0; 400])),
+        };
+        if lend {
+            s.lend();
+        }
+        let mut l = Ledger {
+            fresh: vec![Default::default(); n],
+            back: vec![Default::default(); n],
+            per_tenant: vec![0; n],
+            ..Ledger::default()
+        };
+        for (job, op) in ops.iter().enumerate() {
+            match *op {
+                BackOp::Push(t) if s.push(t, job as u32).is_ok() => {
+                    l.fresh[t as usize].push_back(job as u32);
+                    l.accepted += 1;
+                }
+                BackOp::Take => { take_one(&mut s, &mut l, limits.cap, false)?; }
+                BackOp::TakeOver if lend => { take_one(&mut s, &mut l, limits.cap, true)?; }
+                BackOp::Finish(i) if !l.running.is_empty() => {
+                    let (t, job) = l.running.remove(i % l.running.len());
+                    s.finished(t);
+                    l.per_tenant[t as usize] -= 1;
+                    *l.finished.entry(job).or_default() += 1;
+                }
+                BackOp::Back(i) if !l.running.is_empty() => {
+                    let (t, job) = l.running.remove(i % l.running.len());
+                    s.requeue(t, job);
+                    l.per_tenant[t as usize] -= 1;
+                    l.back[t as usize].insert(job);
+                    l.backs += 1;
+                }
+                _ => {}
+            }
+        }
+        // Drain: finish what runs, start what waits, until nothing moves.
+        loop {
+            for (t, job) in std::mem::take(&mut l.running) {
+                s.finished(t);
+                l.per_tenant[t as usize] -= 1;
+                *l.finished.entry(job).or_default() += 1;
+            }
+            let mut moved = false;
+            while take_one(&mut s, &mut l, limits.cap, false)? {
+                moved = true;
+            }
+            while lend && take_one(&mut s, &mut l, limits.cap, true)? {
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        }
+        prop_assert_eq!(s.queued(), 0);
+        prop_assert_eq!(l.finished.len() as u32, l.accepted, "every accepted job finished");
+        prop_assert!(l.finished.values().all(|&k| k == 1), "each once: {:?}", l.finished);
+    }
+}
+
+#[test]
+fn a_job_handed_back_goes_first_and_frees_its_cap_slot() {
+    // Fair, cap 1: tenant 0's job 0 runs, job 1 waits, tenant 1's job 2 runs.
+    let mut s = AnyScheduler::Fair(Fair::new(
+        2,
+        Limits {
+            cap: 1,
+            limit: u32::MAX,
+        },
+    ));
+    for (t, job) in [(0, 0), (0, 1), (1, 2)] {
+        s.push(t, job).unwrap();
+    }
+    assert_eq!(s.take(), Some((0, 0)));
+    assert_eq!(s.take(), Some((1, 2)));
+    assert_eq!(s.take(), None, "tenant 0 at its cap");
+    // Job 0's lease runs out: tenant 0 is below its cap again and job 0,
+    // not job 1, is its next.
+    s.requeue(0, 0);
+    assert_eq!(s.take(), Some((0, 0)));
+    s.finished(0);
+    assert_eq!(s.take(), Some((0, 1)));
+    // vtc refunds: tenant 0 charged for jobs 0 and 1 once each.
+    let mut v = Vtc::new(
+        1,
+        Limits {
+            cap: u32::MAX,
+            limit: u32::MAX,
+        },
+        vec![2.0],
+        vec![3.0; 2],
+    );
+    v.push(0, 0).unwrap();
+    assert_eq!(v.take(), Some((0, 0)));
+    assert_eq!(v.counter(0), 1.5);
+    v.requeue(0, 0);
+    assert_eq!(v.counter(0), 0.0, "the lost start's charge refunded");
+    assert_eq!(v.take(), Some((0, 0)));
+    assert_eq!(v.counter(0), 1.5);
 }

@@ -318,14 +318,19 @@ end
 -- A running job of tenant t whose lease ran out goes back to the front of
 -- its tenant's queue, and its cap slot is freed: fifo serves it by its own
 -- (oldest) arrival, fair in its tenant's turn (a tenant with nothing else
--- waiting joins the fresh tenants, served first), vtc refunds its charge.
+-- waiting joins the fresh tenants, served first), vtc refunds its charge
+-- and does not lift the counter (the tenant is chosen again at the counter
+-- it was chosen at).
 local function requeue(P, c, t, job)
   local q = P .. 'q:' .. t
   local w = redis.call('LLEN', q) -- waiting before
   if c.queue == 'vtc' then refund(P, t, job) end
   redis.call('LPUSH', q, job)
   redis.call('INCR', P .. 'queued')
-  if c.queue == 'vtc' and w == 0 then lift(P, t) end
+  if c.queue == 'vtc' and w == 0 then
+    -- back with work, unlifted: chosen again first, at the counter it had
+    redis.call('ZADD', P .. 'vback', digits(counter(P, t)), member(t))
+  end
   local r = 0
   if c.cap ~= NO_CAP then
     r = redis.call('HINCRBY', P .. 'run', t, -1)
@@ -549,7 +554,7 @@ end
 
 -- The scheduler alone, for the equivalence tests: push(P, job, tenant
 -- [, cost]) as submit without the wake; pop(P, idle) -> {tenant, job} or nil;
--- done(P, tenant) as a finish.
+-- done(P, tenant) as a finish; back(P, tenant, job) as a lease running out.
 local function push_only(_, args)
   local P = args[1]
   local ok, waiting = push(P, cfg(P), args[3], tonumber(args[2]), args[4])
@@ -570,6 +575,14 @@ local function done_only(_, args)
   return 1
 end
 
+-- back(P, tenant, job): a running job handed back, as a lease running out
+-- hands it back.
+local function back_only(_, args)
+  local P = args[1]
+  requeue(P, cfg(P), args[2], tonumber(args[3]))
+  return 1
+end
+
 redis.register_function('noisylab_setup', setup)
 redis.register_function('noisylab_submit', submit)
 redis.register_function('noisylab_take', take_job)
@@ -583,3 +596,4 @@ redis.register_function('noisylab_forget', forget)
 redis.register_function('noisylab_push', push_only)
 redis.register_function('noisylab_pop', pop_only)
 redis.register_function('noisylab_done', done_only)
+redis.register_function('noisylab_back', back_only)
