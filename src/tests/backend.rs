@@ -94,6 +94,18 @@ fn server() -> Option<OwnedServer> {
     Some(OwnedServer::start().expect("a redis-server of the test's own"))
 }
 
+/// A connection to the server at `url`, noisylab's functions loaded.
+fn functions(url: &str) -> redis::Connection {
+    let mut con = redis_backend::connect(url).unwrap();
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(redis_backend::LIBRARY)
+        .query::<String>(&mut con)
+        .unwrap();
+    con
+}
+
 /// One step of the equivalence test.
 #[derive(Debug, Clone)]
 enum Op {
@@ -345,13 +357,7 @@ fn equivalence(cases: u32, server: &mut impl Functions, leases: bool) {
 fn the_redis_functions_take_the_same_jobs_as_the_in_process_schedulers() {
     let _turn = one_at_a_time();
     let Some(server) = server() else { return };
-    let mut con = redis_backend::connect(&server.url).unwrap();
-    redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(redis_backend::LIBRARY)
-        .query::<String>(&mut con)
-        .unwrap();
+    let con = functions(&server.url);
     equivalence(256, &mut RedisFunctions(con, String::new()), true);
 }
 
@@ -635,13 +641,7 @@ fn a_prefix_in_use_and_a_server_that_dies_mid_run_fail_loudly() {
     let _turn = one_at_a_time();
     let Some(server) = server() else { return };
     // Another lab's keys under the prefix: refused by the functions.
-    let mut con = redis_backend::connect(&server.url).unwrap();
-    redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(redis_backend::LIBRARY)
-        .query::<String>(&mut con)
-        .unwrap();
+    let mut con = functions(&server.url);
     let setup = |con: &mut redis::Connection| {
         redis::cmd("FCALL")
             .arg("noisylab_setup")

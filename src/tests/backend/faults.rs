@@ -16,7 +16,7 @@ use noisylab::backend::{Backend, RunInput, Target};
 use noisylab::lab;
 use noisylab::scenario::Scenario;
 
-use super::{check_stamps, common, one_at_a_time, redis_plan, server};
+use super::{check_stamps, common, functions, one_at_a_time, redis_plan, server};
 
 /// `FCALL name 0 args…` on `con`.
 fn fcall<T: redis::FromRedisValue>(con: &mut redis::Connection, name: &str, args: &[&str]) -> T {
@@ -49,13 +49,7 @@ fn log(con: &mut redis::Connection, p: &str) -> Vec<String> {
 fn a_lease_that_runs_out_hands_the_job_back_and_fences_the_late_finish() {
     let _turn = one_at_a_time();
     let Some(server) = server() else { return };
-    let mut con = redis_backend::connect(&server.url).unwrap();
-    redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(redis_backend::LIBRARY)
-        .query::<String>(&mut con)
-        .unwrap();
+    let mut con = functions(&server.url);
     for queue in ["fifo", "fair", "vtc"] {
         let p = format!("lease:{queue}:");
         // Tenant 1, a cap of 1, a lease of 50 ms; two jobs.
