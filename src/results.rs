@@ -118,6 +118,9 @@ pub struct FaultFigures {
     pub ran_twice: u64,
     /// Finishes refused because their lease had run out.
     pub late_finishes_refused: u64,
+    /// Workers' connections the server dropped (they connected again).
+    #[serde(default)]
+    pub dropped_connections: u64,
 }
 
 /// The facts of a real-clock lab that a virtual one has no use for.

@@ -159,6 +159,11 @@ pub trait Wire {
     fn leases(&self) -> bool {
         false
     }
+    /// Drop every worker's connection to the server (they connect again):
+    /// how many were dropped.
+    fn drop_workers(&mut self) -> Result<u64> {
+        bail!("dropping the workers' connections is not carried by this server")
+    }
     /// Hand jobs whose lease ran out back to their queues now (the server
     /// does it on every call too; this is for a queue nobody calls).
     fn reap(&mut self) -> Result<()> {
@@ -235,9 +240,13 @@ impl<W: Wire> Coordinator<W> {
         cmd.spawn().context("cannot start a worker process")
     }
 
-    /// Do a fault's action to its worker process.
-    fn inject(&mut self, action: Action) -> Result<()> {
-        let (Action::Kill(k) | Action::Stop(k) | Action::Cont(k) | Action::Respawn(k)) = action;
+    /// Do a fault's action to its worker process (or, dropping
+    /// connections, to every worker): how many connections it dropped.
+    fn inject(&mut self, action: Action) -> Result<u64> {
+        let k = match action {
+            Action::Kill(k) | Action::Stop(k) | Action::Cont(k) | Action::Respawn(k) => k,
+            Action::Drop => return self.wire.drop_workers(),
+        };
         if k as usize >= self.children.len() {
             bail!(
                 "a fault names worker process {}, but the lab started {}",
@@ -253,8 +262,9 @@ impl<W: Wire> Coordinator<W> {
                 let child = self.spawn_one(k)?;
                 self.children[k as usize] = child;
                 // Its workers join the run under way.
-                return self.wire.start_run(self.share(k));
+                return self.wire.start_run(self.share(k)).map(|_| 0);
             }
+            Action::Drop => unreachable!("handled above"),
         };
         let child = &mut self.children[k as usize];
         // SAFETY: a signal to a worker process this coordinator started and
@@ -270,13 +280,13 @@ impl<W: Wire> Coordinator<W> {
         if signal == libc::SIGKILL {
             child.wait()?;
         }
-        Ok(())
+        Ok(0)
     }
 
     /// Every fault action due by now.
     fn inject_due(&mut self, faults: &mut Injector) -> Result<()> {
         while let Some(action) = faults.due(Instant::now()) {
-            self.inject(action)?;
+            faults.dropped += self.inject(action)?;
         }
         Ok(())
     }
@@ -391,6 +401,7 @@ impl<W: Wire> Coordinator<W> {
             redelivered,
         } = records(input.plan, &stamps, t0_us).map_err(failed)?;
         leases.injected = faults.injected;
+        leases.dropped_connections = faults.dropped;
         let queue = QueueFigures {
             take_rtt_us: percentiles(&take_rtt, 1e3),
             hold_overshoot_us: percentiles(&hold_late, 1e3),

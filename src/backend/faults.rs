@@ -1,6 +1,7 @@
 //! A run's faults as timed actions on the worker processes: a scenario's
 //! `[[fault]]` entries, each turned into a pair (kill, then a replacement;
-//! stop, then continue) at instants from the run's start. The coordinator
+//! stop, then continue) or one action (drop the workers' connections) at
+//! instants from the run's start. The coordinator
 //! sleeps to the next one, does it, and at the run's end undoes whatever
 //! is still undone, so every run ends with the whole pool.
 
@@ -19,6 +20,8 @@ pub enum Action {
     Stop(u32),
     /// SIGCONT it.
     Cont(u32),
+    /// Drop every worker's connection to the server.
+    Drop,
 }
 
 /// The actions of one run, in time order.
@@ -26,8 +29,10 @@ pub enum Action {
 pub struct Injector {
     /// (instant, action), latest first: the next is the last.
     todo: Vec<(Instant, Action)>,
-    /// Faults begun (a kill or a stop done).
+    /// Faults begun (a kill, a stop or a drop done).
     pub injected: u64,
+    /// Workers' connections the server dropped.
+    pub dropped: u64,
     /// Processes killed and not yet replaced, stopped and not continued.
     dead: std::collections::BTreeSet<u32>,
     stopped: std::collections::BTreeSet<u32>,
@@ -37,17 +42,17 @@ impl Injector {
     /// The actions of `faults` for a run that started at `origin`.
     pub fn new(faults: &[Fault], origin: Instant) -> Injector {
         let at = |s: f64| origin + Duration::from_secs_f64(s);
-        let mut todo: Vec<(Instant, Action)> = faults
-            .iter()
-            .flat_map(|f| {
-                let k = f.process();
-                let (begin, end) = match f.kind {
-                    FaultKind::PauseWorker => (Action::Stop(k), Action::Cont(k)),
-                    _ => (Action::Kill(k), Action::Respawn(k)),
-                };
-                [(at(f.at_s), begin), (at(f.at_s + f.duration()), end)]
-            })
-            .collect();
+        let mut todo: Vec<(Instant, Action)> = Vec::new();
+        for f in faults {
+            let k = f.process();
+            let (begin, end) = match f.kind {
+                FaultKind::PauseWorker => (Action::Stop(k), Some(Action::Cont(k))),
+                FaultKind::DropConnections => (Action::Drop, None),
+                _ => (Action::Kill(k), Some(Action::Respawn(k))),
+            };
+            todo.push((at(f.at_s), begin));
+            todo.extend(end.map(|end| (at(f.at_s + f.duration()), end)));
+        }
         // A stable sort keeps a fault's end after its begin at one instant;
         // reversed, the next action is the last.
         todo.sort_by_key(|(t, _)| *t);
@@ -78,6 +83,7 @@ impl Injector {
                 self.injected += 1;
                 self.stopped.insert(k);
             }
+            Action::Drop => self.injected += 1,
             Action::Respawn(k) => {
                 self.dead.remove(&k);
             }

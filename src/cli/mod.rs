@@ -274,7 +274,7 @@ pub struct RunOpts {
     /// A fault injected into every run on a queue server, as a scenario's
     /// `[[fault]]` says it (repeatable; added to the scenario's):
     /// `kind=pause_worker,at_s=6,duration_s=1,target=2`. Kinds:
-    /// kill_worker, pause_worker.
+    /// kill_worker, pause_worker, drop_connections.
     #[arg(long = "fault", value_name = "KEY=VALUE,…", value_parser = parse_fault)]
     pub faults: Vec<crate::scenario::Fault>,
 }

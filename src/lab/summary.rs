@@ -498,6 +498,7 @@ fn combine_faults(qs: &[&QueueFigures], pick: Pick) -> Option<FaultFigures> {
         redelivered: count(&|x| x.redelivered),
         ran_twice: count(&|x| x.ran_twice),
         late_finishes_refused: count(&|x| x.late_finishes_refused),
+        dropped_connections: count(&|x| x.dropped_connections),
     })
 }
 

@@ -172,6 +172,7 @@ pub fn lease_table(results: &LabResults, style: TableStyle) -> Option<Table> {
         "Redelivered (leases run out)",
         "Ran twice",
         "Late finishes refused",
+        "Connections dropped",
     ]);
     for (s, f) in rows {
         table.add_row(vec![
@@ -181,6 +182,7 @@ pub fn lease_table(results: &LabResults, style: TableStyle) -> Option<Table> {
             f.redelivered.to_string(),
             f.ran_twice.to_string(),
             f.late_finishes_refused.to_string(),
+            f.dropped_connections.to_string(),
         ]);
     }
     right_align(&mut table);

@@ -34,7 +34,7 @@ pub enum FaultKind {
     /// SIGSTOP one worker process for `duration_s`, then SIGCONT: a worker
     /// that outlives its lease.
     PauseWorker,
-    /// The server drops the clients' connections.
+    /// The server drops every worker's connection; they connect again.
     DropConnections,
     /// The server the run owns stops and starts again.
     RestartServer,
@@ -43,7 +43,7 @@ pub enum FaultKind {
 }
 
 /// The kinds the lab injects so far.
-pub const FAULT_KINDS_CARRIED: &str = "kill_worker, pause_worker";
+pub const FAULT_KINDS_CARRIED: &str = "kill_worker, pause_worker, drop_connections";
 
 impl FaultKind {
     pub fn name(self) -> &'static str {
@@ -58,7 +58,10 @@ impl FaultKind {
 
     /// Whether the lab can inject it yet.
     pub fn carried(self) -> bool {
-        matches!(self, FaultKind::KillWorker | FaultKind::PauseWorker)
+        matches!(
+            self,
+            FaultKind::KillWorker | FaultKind::PauseWorker | FaultKind::DropConnections
+        )
     }
 }
 
@@ -96,6 +99,14 @@ impl Fault {
         if self.kind == FaultKind::PauseWorker && self.duration() <= 0.0 {
             return Err(
                 "pause_worker needs duration_s, more than 0 seconds: how long the process stays stopped"
+                    .into(),
+            );
+        }
+        if self.kind == FaultKind::DropConnections
+            && (self.target.is_some() || self.duration_s.is_some())
+        {
+            return Err(
+                "drop_connections drops every worker's connection at once: leave out target and duration_s"
                     .into(),
             );
         }
@@ -150,8 +161,13 @@ mod tests {
         assert!(zero.contains("from 1, found 0"), "{zero}");
         let later = f(FaultKind::RestartServer, None, None).check().unwrap_err();
         assert!(
-            later.contains("not carried yet; allowed: kill_worker, pause_worker"),
+            later.contains("not carried yet; allowed: kill_worker, pause_worker, drop_connections"),
             "{later}"
         );
+        assert!(f(FaultKind::DropConnections, None, None).check().is_ok());
+        let aimed = f(FaultKind::DropConnections, None, Some(2))
+            .check()
+            .unwrap_err();
+        assert!(aimed.contains("leave out target"), "{aimed}");
     }
 }

@@ -166,7 +166,7 @@ fn each_bad_scenario_gets_its_message() {
         ),
         (
             format!("{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"restart_server\"\n"),
-            "x.toml: fault[0]: kind \"restart_server\" is not carried yet; allowed: kill_worker, pause_worker",
+            "x.toml: fault[0]: kind \"restart_server\" is not carried yet; allowed: kill_worker, pause_worker, drop_connections",
         ),
         (
             format!("{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"pause_worker\"\n"),

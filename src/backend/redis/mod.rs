@@ -304,6 +304,24 @@ impl Wire for RedisWire {
         true
     }
 
+    fn drop_workers(&mut self) -> Result<u64> {
+        // Every id the workers registered (a worker that connects again
+        // registers anew), each dropped if it is still connected.
+        let key = format!("{}clients", self.lab);
+        let ids: Option<Vec<i64>> = cmd("LPOP").arg(&key).arg(100_000).query(&mut self.con)?;
+        let mut pipe = redis::pipe();
+        for id in ids.unwrap_or_default() {
+            pipe.cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(id)
+                .arg("SKIPME")
+                .arg("yes");
+        }
+        let killed: Vec<u64> = pipe.query(&mut self.con)?;
+        Ok(killed.iter().sum())
+    }
+
     fn reap(&mut self) -> Result<()> {
         self.fcall("noisylab_reap").map(drop)
     }

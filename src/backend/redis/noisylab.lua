@@ -61,6 +61,7 @@
 --   P.."lease"    zset   "job tenant lease" -> when the lease runs out (µs
 --                        on the server's clock), for every job running
 --   P.."lid"      string the last lease number given
+--   P.."fin"      set    the leases whose finish went through
 --   P.."log"      list   "e|s|f|r|l|x job sec usec [woke]": enqueued,
 --                        started, finished, refused, lease ran out (the job
 --                        went back to its queue), late finish refused; on
@@ -468,28 +469,32 @@ end
 
 -- finish(P, job, tenant, lease): the job is done; the same worker's next
 -- job. With leases, a finish whose lease ran out (the job went back to its
--- queue) is refused and logged "x": the job's new holder finishes it.
+-- queue) is refused and logged "x": the job's new holder finishes it. A
+-- finish sent again after its reply was lost (the connection dropped) is
+-- known by its lease, in P.."fin", and only hands out a job.
 local function finish(_, args)
   local P, job, t = args[1], tonumber(args[2]), args[3]
   local c = cfg(P)
   local stamp, now = clock()
-  local held = true
+  local held, mark = true, 'f'
   if c.lease then
     held = redis.call('ZREM', P .. 'lease', job .. ' ' .. t .. ' ' .. args[4]) == 1
+    if held then
+      redis.call('SADD', P .. 'fin', args[4])
+    elseif redis.call('SISMEMBER', P .. 'fin', args[4]) == 1 then
+      mark = nil -- finished already, by this very lease
+    else
+      mark = 'x'
+    end
   end
   reap(P, c, stamp, now)
-  local mark = 'x'
   if held then
-    mark = 'f'
     finished(P, c, t)
     if c.queue == 'vtc' then redis.call('HDEL', P .. 'cost', job) end
   end
   local started, next = hand_out(P, c, stamp, now)
-  if started then
-    redis.call('RPUSH', P .. 'log', entry(mark, job, stamp), started)
-  else
-    redis.call('RPUSH', P .. 'log', entry(mark, job, stamp))
-  end
+  if mark then redis.call('RPUSH', P .. 'log', entry(mark, job, stamp)) end
+  if started then redis.call('RPUSH', P .. 'log', started) end
   if held and redis.call('INCR', P .. 'done') == c.expect then
     redis.call('RPUSH', P .. 'end', 1)
   end

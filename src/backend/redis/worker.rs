@@ -2,8 +2,14 @@
 //! the loop): the lab's `runs` list hands out runs, `noisylab_take` and
 //! `noisylab_finish` jobs, and an idle worker blocks on the run's `wake`
 //! list.
+//!
+//! A connection the server drops is made again, with backoff, and the call
+//! it was in is sent again: a blocking pop or a read repeats as it was; a
+//! take repeated may leave the job the lost reply carried leased to nobody
+//! (its lease runs out and it goes back to its queue); a finish repeated
+//! after it went through is known by its lease (see `noisylab.lua`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use redis::{Client, Connection, cmd};
@@ -23,7 +29,11 @@ pub fn serve(url: &str, lab: &str, threads: u32) -> Result<()> {
     serve_threads(threads, move || RedisTaker::join(&client, &lab))
 }
 
+/// How long a worker tries to connect again after the server dropped it.
+const RECONNECT_FOR: Duration = Duration::from_secs(10);
+
 struct RedisTaker {
+    client: Client,
     con: Connection,
     lab: String,
     /// The run's key prefix.
@@ -32,34 +42,71 @@ struct RedisTaker {
 
 impl RedisTaker {
     fn join(client: &Client, lab: &str) -> Result<RedisTaker> {
-        let mut con = client
-            .get_connection()
-            .context("cannot connect to the Redis server")?;
+        let mut con = connect(client, lab)?;
         cmd("INCR")
             .arg(format!("{lab}joined"))
             .query::<i64>(&mut con)?;
         Ok(RedisTaker {
+            client: client.clone(),
             con,
             lab: lab.to_string(),
             p: String::new(),
         })
     }
+
+    /// `call` on the connection, and again on a new one while the server
+    /// drops it (backoff from 1 ms, doubling to 128 ms, for
+    /// [`RECONNECT_FOR`]).
+    fn call<T>(
+        &mut self,
+        mut call: impl FnMut(&mut Connection, &str) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let until = Instant::now() + RECONNECT_FOR;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let err = match call(&mut self.con, &self.p) {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            let dropped = err.is_unrecoverable_error() || err.is_io_error();
+            if !dropped || Instant::now() > until {
+                return Err(err.into());
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(128));
+            if let Ok(con) = connect(&self.client, &self.lab) {
+                self.con = con;
+            }
+        }
+    }
+}
+
+/// A connection for a worker of lab `lab`, its id on the lab's list of
+/// worker clients (the ones a `drop_connections` fault drops).
+fn connect(client: &Client, lab: &str) -> Result<Connection> {
+    let mut con = client
+        .get_connection()
+        .context("cannot connect to the Redis server")?;
+    let id: i64 = cmd("CLIENT").arg("ID").query(&mut con)?;
+    cmd("RPUSH")
+        .arg(format!("{lab}clients"))
+        .arg(id)
+        .query::<i64>(&mut con)?;
+    Ok(con)
 }
 
 impl Taker for RedisTaker {
     fn next_run(&mut self) -> Result<bool> {
-        let (_, token): (String, String) = cmd("BLPOP")
-            .arg(format!("{}runs", self.lab))
-            .arg(0)
-            .query(&mut self.con)?;
+        let runs = format!("{}runs", self.lab);
+        let (_, token): (String, String) =
+            self.call(|con, _| cmd("BLPOP").arg(&runs).arg(0).query(con))?;
         self.p = token;
         Ok(self.p != QUIT)
     }
 
     fn durations(&mut self) -> Result<Vec<u64>> {
-        let durations: String = cmd("GET")
-            .arg(format!("{}durations", self.p))
-            .query(&mut self.con)?;
+        let durations: String =
+            self.call(|con, p| cmd("GET").arg(format!("{p}durations")).query(con))?;
         durations
             .split(',')
             .map(str::parse)
@@ -68,50 +115,50 @@ impl Taker for RedisTaker {
     }
 
     fn lease(&mut self) -> Result<Option<Duration>> {
-        let us: Option<u64> = cmd("HGET")
-            .arg(format!("{}cfg", self.p))
-            .arg("lease")
-            .query(&mut self.con)?;
+        let us: Option<u64> =
+            self.call(|con, p| cmd("HGET").arg(format!("{p}cfg")).arg("lease").query(con))?;
         Ok(us.map(Duration::from_micros))
     }
 
     fn renew(&mut self, job: Job) -> Result<bool> {
-        let changed: i64 = cmd("FCALL")
-            .arg("noisylab_renew")
-            .arg(0)
-            .arg(&self.p)
-            .arg(job.id)
-            .arg(job.queue)
-            .arg(job.lease)
-            .query(&mut self.con)?;
+        let changed: i64 = self.call(|con, p| {
+            cmd("FCALL")
+                .arg("noisylab_renew")
+                .arg(0)
+                .arg(p)
+                .arg(job.id)
+                .arg(job.queue)
+                .arg(job.lease)
+                .query(con)
+        })?;
         Ok(changed == 1)
     }
 
     fn take(&mut self, woken: bool) -> Result<Option<Job>> {
-        take(&mut self.con, &self.p, woken)?
+        self.call(|con, p| take_call(p, woken).query::<Option<String>>(con))?
             .map(|p| parse(&p))
             .transpose()
     }
 
     fn finish(&mut self, job: Job) -> Result<Option<Job>> {
-        finish(&mut self.con, &self.p, job)?
+        self.call(|con, p| finish_call(p, job).query::<Option<String>>(con))?
             .map(|p| parse(&p))
             .transpose()
     }
 
     fn wait_wake(&mut self) -> Result<bool> {
-        let (_, token): (String, String) = cmd("BLPOP")
-            .arg(format!("{}wake", self.p))
-            .arg(0)
-            .query(&mut self.con)?;
+        let (_, token): (String, String) =
+            self.call(|con, p| cmd("BLPOP").arg(format!("{p}wake")).arg(0).query(con))?;
         Ok(token != STOP)
     }
 
     fn leave(&mut self, figures: &str) -> Result<()> {
-        cmd("RPUSH")
-            .arg(format!("{}rtt", self.p))
-            .arg(figures)
-            .query::<i64>(&mut self.con)?;
+        self.call(|con, p| {
+            cmd("RPUSH")
+                .arg(format!("{p}rtt"))
+                .arg(figures)
+                .query::<i64>(con)
+        })?;
         Ok(())
     }
 }
@@ -119,25 +166,30 @@ impl Taker for RedisTaker {
 /// One take on the queue under `p`: its next job, "job tenant lease", or `None`
 /// (the worker is counted idle and should block on `p` + `wake`).
 pub fn take(con: &mut Connection, p: &str, woken: bool) -> Result<Option<String>> {
-    Ok(cmd("FCALL")
-        .arg("noisylab_take")
-        .arg(0)
-        .arg(p)
-        .arg(u8::from(woken))
-        .query(con)?)
+    Ok(take_call(p, woken).query(con)?)
+}
+
+fn take_call(p: &str, woken: bool) -> redis::Cmd {
+    let mut c = cmd("FCALL");
+    c.arg("noisylab_take").arg(0).arg(p).arg(u8::from(woken));
+    c
 }
 
 /// Finish `job` (refused if its lease ran out) and take the worker's next
 /// job, in one call.
 pub fn finish(con: &mut Connection, p: &str, job: Job) -> Result<Option<String>> {
-    Ok(cmd("FCALL")
-        .arg("noisylab_finish")
+    Ok(finish_call(p, job).query(con)?)
+}
+
+fn finish_call(p: &str, job: Job) -> redis::Cmd {
+    let mut c = cmd("FCALL");
+    c.arg("noisylab_finish")
         .arg(0)
         .arg(p)
         .arg(job.id)
         .arg(job.queue)
-        .arg(job.lease)
-        .query(con)?)
+        .arg(job.lease);
+    c
 }
 
 /// A job as the functions hand it out: "job tenant lease".

@@ -5,7 +5,8 @@
 //! killed and another stopped past its lease during the smoke lab's burst,
 //! under fifo, a capped fair queue and a capped vtc: nothing lost, every
 //! cap kept by the server's stamps, the stopped worker's jobs counted as
-//! ran twice and their finishes refused.
+//! ran twice and their finishes refused; every worker's connection dropped
+//! twice: they connect again and nothing is lost.
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -91,6 +92,10 @@ fn a_lease_that_runs_out_hands_the_job_back_and_fences_the_late_finish() {
         assert_eq!((lost, held), (0, 1), "{queue}");
         let next: String = fcall(&mut con, "noisylab_finish", &[&p, "0", "1", new_lease]);
         assert!(next.starts_with("1 1 "), "{queue}: {next}");
+        // The same finish sent again (its reply lost with a dropped
+        // connection): known by its lease, neither refused nor counted.
+        let again: Option<String> = fcall(&mut con, "noisylab_finish", &[&p, "0", "1", new_lease]);
+        assert_eq!(again, None, "{queue}: tenant 1 at its cap with job 1");
         let lease = next.rsplit(' ').next().unwrap().to_string();
         let none: Option<String> = fcall(&mut con, "noisylab_finish", &[&p, "1", "1", &lease]);
         assert_eq!(none, None);
@@ -169,5 +174,51 @@ fn a_worker_killed_and_one_stopped_past_its_lease_lose_nothing() {
         ran_twice += f.ran_twice;
     }
     assert!(ran_twice >= 1, "a stopped worker's job ran twice");
+    drop(backend);
+}
+
+#[test]
+fn the_workers_connections_dropped_twice_lose_nothing() {
+    let _turn = one_at_a_time();
+    let Some(_gate) = server() else { return };
+    drop(_gate); // only the check; the backend starts its own
+    // The smoke lab's burst in full flight: every worker's connection
+    // dropped at 0.15 s and again at 0.3 s; they connect again and go on.
+    let text = std::fs::read_to_string("lab/smoke.toml").unwrap()
+        + "\n[[strategy]]\nname = \"vtc, cap 2\"\nqueue = \"vtc\"\ncap = 2\n\
+           \n[[fault]]\nat_s = 0.15\nkind = \"drop_connections\"\n\
+           \n[[fault]]\nat_s = 0.3\nkind = \"drop_connections\"\n";
+    let s = Scenario::parse(Path::new("drops.toml"), &text).unwrap();
+    let mut backend = redis_backend::start(&redis_plan(Target::Own, Some(2)), s.workers).unwrap();
+    let never = AtomicBool::new(false);
+    for def in &s.strategy {
+        let pool = lab::pool_for(&s, def);
+        let plan = noisylab::engine::load::plan(&s, s.seed);
+        let planned = plan.len() as u64;
+        let input = RunInput {
+            scenario: &s,
+            strategy: def,
+            pool: &pool,
+            sched: lab::scheduler(&s, def, &plan),
+            plan,
+            seed: s.seed,
+        };
+        let record = backend.run(input, &never).unwrap();
+        check_stamps(&s, def, &record.jobs, &record.redelivered);
+        let run = lab::summary::run(&s, def, &pool, s.seed, &record.jobs, &record.stats, false);
+        let tally = common::check_outcomes(&s, def, &record.jobs, &run.figures);
+        assert_eq!(tally.completed + tally.rejected, planned, "{}", def.name);
+        let f = record.queue.unwrap().faults.expect("a lease on Redis");
+        assert_eq!(f.injected, 2, "{}: {f:?}", def.name);
+        // All 4 workers were connected at the first drop.
+        assert!(f.dropped_connections >= 4, "{}: {f:?}", def.name);
+        // They were back within a lease: no finish came late.
+        assert_eq!(
+            (f.ran_twice, f.late_finishes_refused),
+            (0, 0),
+            "{}: {f:?}",
+            def.name
+        );
+    }
     drop(backend);
 }
