@@ -243,30 +243,20 @@ impl<W: Wire> Coordinator<W> {
     /// Do a fault's action to its worker process (or, dropping
     /// connections, to every worker): how many connections it dropped.
     fn inject(&mut self, action: Action) -> Result<u64> {
-        let k = match action {
-            Action::Kill(k) | Action::Stop(k) | Action::Cont(k) | Action::Respawn(k) => k,
-            Action::Drop => return self.wire.drop_workers(),
-        };
-        if k as usize >= self.children.len() {
-            bail!(
-                "a fault names worker process {}, but the lab started {}",
-                k + 1,
-                self.children.len()
-            );
-        }
         let (k, signal) = match action {
-            Action::Kill(k) => (k, libc::SIGKILL),
-            Action::Stop(k) => (k, libc::SIGSTOP),
-            Action::Cont(k) => (k, libc::SIGCONT),
+            Action::Drop => return self.wire.drop_workers(),
             Action::Respawn(k) => {
+                self.child(k)?;
                 let child = self.spawn_one(k)?;
-                self.children[k as usize] = child;
+                *self.child(k)? = child;
                 // Its workers join the run under way.
                 return self.wire.start_run(self.share(k)).map(|_| 0);
             }
-            Action::Drop => unreachable!("handled above"),
+            Action::Kill(k) => (k, libc::SIGKILL),
+            Action::Stop(k) => (k, libc::SIGSTOP),
+            Action::Cont(k) => (k, libc::SIGCONT),
         };
-        let child = &mut self.children[k as usize];
+        let child = self.child(k)?;
         // SAFETY: a signal to a worker process this coordinator started and
         // has not reaped (a killed one is reaped just below).
         if unsafe { libc::kill(child.id() as libc::pid_t, signal) } != 0 {
@@ -281,6 +271,17 @@ impl<W: Wire> Coordinator<W> {
             child.wait()?;
         }
         Ok(0)
+    }
+
+    /// Worker process `k` (from 0), or why a fault cannot name it.
+    fn child(&mut self, k: u32) -> Result<&mut Child> {
+        let started = self.children.len();
+        self.children.get_mut(k as usize).ok_or_else(|| {
+            anyhow!(
+                "a fault names worker process {}, but the lab started {started}",
+                k + 1
+            )
+        })
     }
 
     /// Every fault action due by now.
@@ -386,9 +387,7 @@ impl<W: Wire> Coordinator<W> {
         let mut faults = Injector::new(&input.scenario.fault, origin);
         let submitted = self.submit_all(&input, costs.as_deref(), origin, &mut faults, stop)?;
         self.wait_end(&input, submitted.accepted, &mut faults, stop)?;
-        for action in faults.finish() {
-            self.inject(action).map_err(failed)?;
-        }
+        self.undo_faults(&mut faults).map_err(failed)?;
         let cost = self.wire.cost_since(before).map_err(failed)?;
         let (take_rtt, hold_late) = self.end_workers().map_err(failed)?;
         let stamps = self.wire.stamps().map_err(failed)?;
@@ -465,7 +464,7 @@ impl<W: Wire> Coordinator<W> {
             let k = i + plan[i..].iter().take_while(|j| j.planned == at).count();
             sleep_until_blocking(instant, SUBMIT_MARGIN);
             if stop.load(Ordering::Relaxed) {
-                self.halt();
+                self.halt(faults);
                 return Err(RunError::Interrupted);
             }
             let batch: Vec<Submit<'_>> = (i..k)
@@ -527,20 +526,20 @@ impl<W: Wire> Coordinator<W> {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(e) => {
-                    self.halt();
+                    self.halt(faults);
                     return Err(self_failed(kind, e));
                 }
             }
             if stop.load(Ordering::Relaxed) {
-                self.halt();
+                self.halt(faults);
                 return Err(RunError::Interrupted);
             }
             if let Err(e) = self.check_children(|k| faults.is_dead(k)) {
-                self.halt();
+                self.halt(faults);
                 return Err(self_failed(kind, e));
             }
             if Instant::now() > deadline {
-                self.halt();
+                self.halt(faults);
                 return Err(self_failed(
                     kind,
                     anyhow!(
@@ -571,11 +570,21 @@ impl<W: Wire> Coordinator<W> {
         Ok((rtt, late))
     }
 
-    /// No more jobs for anyone; the workers leave the run (best effort: the
-    /// run is failing or interrupted already).
-    fn halt(&mut self) {
+    /// No more jobs for anyone; the faults undone, the workers leave the
+    /// run (best effort: the run is failing or interrupted already).
+    fn halt(&mut self, faults: &mut Injector) {
+        let _ = self.undo_faults(faults);
         let _ = self.wire.halt();
         let _ = self.end_workers();
+    }
+
+    /// Undo the faults begun and not yet undone (a replacement started, a
+    /// stopped process continued), so every run ends with the whole pool.
+    fn undo_faults(&mut self, faults: &mut Injector) -> Result<()> {
+        for action in faults.finish() {
+            self.inject(action)?;
+        }
+        Ok(())
     }
 }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use noisylab::backend::redis as redis_backend;
 use noisylab::backend::{Backend, RunInput, Target};
 use noisylab::lab;
+use noisylab::results::FaultFigures;
 use noisylab::scenario::Scenario;
 
 use super::{check_stamps, common, functions, one_at_a_time, redis_plan, server};
@@ -127,23 +128,18 @@ fn a_lease_that_runs_out_hands_the_job_back_and_fences_the_late_finish() {
     }
 }
 
-#[test]
-fn a_worker_killed_and_one_stopped_past_its_lease_lose_nothing() {
-    let _turn = one_at_a_time();
-    let Some(_gate) = server() else { return };
-    drop(_gate); // only the check; the backend starts its own
-    // The smoke lab (4 workers in 2 processes, 20 ms jobs: a 60 ms lease),
-    // its burst of 40 at 0.1 s keeping every worker busy until about
-    // 0.3 s: process 1 killed at 0.12 s (replaced at once), process 2
-    // stopped from 0.15 s for 0.2 s, past its lease.
+/// The smoke lab (4 workers in 2 processes, 20 ms jobs: a 60 ms lease)
+/// with a capped vtc too and `faults` (TOML) added, on a Redis server of
+/// its own: every strategy's run loses nothing and keeps every cap by the
+/// server's stamps; each run's fault figures, by strategy.
+fn smoke_lab_with(faults: &str) -> Vec<(String, FaultFigures)> {
     let text = std::fs::read_to_string("lab/smoke.toml").unwrap()
-        + "\n[[strategy]]\nname = \"vtc, cap 2\"\nqueue = \"vtc\"\ncap = 2\n\
-           \n[[fault]]\nat_s = 0.12\nkind = \"kill_worker\"\ntarget = 1\n\
-           \n[[fault]]\nat_s = 0.15\nkind = \"pause_worker\"\nduration_s = 0.2\ntarget = 2\n";
+        + "\n[[strategy]]\nname = \"vtc, cap 2\"\nqueue = \"vtc\"\ncap = 2\n"
+        + faults;
     let s = Scenario::parse(Path::new("faults.toml"), &text).unwrap();
     let mut backend = redis_backend::start(&redis_plan(Target::Own, Some(2)), s.workers).unwrap();
     let never = AtomicBool::new(false);
-    let mut ran_twice = 0;
+    let mut out = Vec::new();
     for def in &s.strategy {
         let pool = lab::pool_for(&s, def);
         let plan = noisylab::engine::load::plan(&s, s.seed);
@@ -163,18 +159,36 @@ fn a_worker_killed_and_one_stopped_past_its_lease_lose_nothing() {
         assert_eq!(tally.completed + tally.rejected, planned, "{}", def.name);
         let f = record.queue.unwrap().faults.expect("a lease on Redis");
         assert_eq!(f.lease_ms, 60.0);
-        assert_eq!(f.injected, 2, "{}: {f:?}", def.name);
-        // The killed process held jobs in the burst: they came back.
-        assert!(f.redelivered >= 1, "{}: {f:?}", def.name);
         assert_eq!(f.redelivered, record.redelivered.len() as u64);
+        out.push((def.name.clone(), f));
+    }
+    out
+}
+
+#[test]
+fn a_worker_killed_and_one_stopped_past_its_lease_lose_nothing() {
+    let _turn = one_at_a_time();
+    let Some(_gate) = server() else { return };
+    drop(_gate); // only the check; the backend starts its own
+    // The burst of 40 at 0.1 s keeps every worker busy until about 0.3 s:
+    // process 1 killed at 0.12 s (replaced at once), process 2 stopped
+    // from 0.15 s for 0.2 s, past its lease.
+    let runs = smoke_lab_with(
+        "\n[[fault]]\nat_s = 0.12\nkind = \"kill_worker\"\ntarget = 1\n\
+         \n[[fault]]\nat_s = 0.15\nkind = \"pause_worker\"\nduration_s = 0.2\ntarget = 2\n",
+    );
+    let mut ran_twice = 0;
+    for (name, f) in runs {
+        assert_eq!(f.injected, 2, "{name}: {f:?}");
+        // The killed process held jobs in the burst: they came back.
+        assert!(f.redelivered >= 1, "{name}: {f:?}");
         // Only the stopped process's 2 workers can finish past a lease, and
         // each such finish is of a job another worker ran to its end.
-        assert_eq!(f.ran_twice, f.late_finishes_refused, "{}: {f:?}", def.name);
-        assert!(f.ran_twice <= 2, "{}: {f:?}", def.name);
+        assert_eq!(f.ran_twice, f.late_finishes_refused, "{name}: {f:?}");
+        assert!(f.ran_twice <= 2, "{name}: {f:?}");
         ran_twice += f.ran_twice;
     }
     assert!(ran_twice >= 1, "a stopped worker's job ran twice");
-    drop(backend);
 }
 
 #[test]
@@ -182,43 +196,21 @@ fn the_workers_connections_dropped_twice_lose_nothing() {
     let _turn = one_at_a_time();
     let Some(_gate) = server() else { return };
     drop(_gate); // only the check; the backend starts its own
-    // The smoke lab's burst in full flight: every worker's connection
-    // dropped at 0.15 s and again at 0.3 s; they connect again and go on.
-    let text = std::fs::read_to_string("lab/smoke.toml").unwrap()
-        + "\n[[strategy]]\nname = \"vtc, cap 2\"\nqueue = \"vtc\"\ncap = 2\n\
-           \n[[fault]]\nat_s = 0.15\nkind = \"drop_connections\"\n\
-           \n[[fault]]\nat_s = 0.3\nkind = \"drop_connections\"\n";
-    let s = Scenario::parse(Path::new("drops.toml"), &text).unwrap();
-    let mut backend = redis_backend::start(&redis_plan(Target::Own, Some(2)), s.workers).unwrap();
-    let never = AtomicBool::new(false);
-    for def in &s.strategy {
-        let pool = lab::pool_for(&s, def);
-        let plan = noisylab::engine::load::plan(&s, s.seed);
-        let planned = plan.len() as u64;
-        let input = RunInput {
-            scenario: &s,
-            strategy: def,
-            pool: &pool,
-            sched: lab::scheduler(&s, def, &plan),
-            plan,
-            seed: s.seed,
-        };
-        let record = backend.run(input, &never).unwrap();
-        check_stamps(&s, def, &record.jobs, &record.redelivered);
-        let run = lab::summary::run(&s, def, &pool, s.seed, &record.jobs, &record.stats, false);
-        let tally = common::check_outcomes(&s, def, &record.jobs, &run.figures);
-        assert_eq!(tally.completed + tally.rejected, planned, "{}", def.name);
-        let f = record.queue.unwrap().faults.expect("a lease on Redis");
-        assert_eq!(f.injected, 2, "{}: {f:?}", def.name);
+    // The burst in full flight: every worker's connection dropped at
+    // 0.15 s and again at 0.3 s; they connect again and go on.
+    let runs = smoke_lab_with(
+        "\n[[fault]]\nat_s = 0.15\nkind = \"drop_connections\"\n\
+         \n[[fault]]\nat_s = 0.3\nkind = \"drop_connections\"\n",
+    );
+    for (name, f) in runs {
+        assert_eq!(f.injected, 2, "{name}: {f:?}");
         // All 4 workers were connected at the first drop.
-        assert!(f.dropped_connections >= 4, "{}: {f:?}", def.name);
+        assert!(f.dropped_connections >= 4, "{name}: {f:?}");
         // They were back within a lease: no finish came late.
         assert_eq!(
             (f.ran_twice, f.late_finishes_refused),
             (0, 0),
-            "{}: {f:?}",
-            def.name
+            "{name}: {f:?}"
         );
     }
-    drop(backend);
 }
