@@ -361,6 +361,7 @@ impl<W: Wire> Coordinator<W> {
         stop: &AtomicBool,
     ) -> Result<RunRecord, RunError> {
         let s = input.strategy;
+        let lease = lease_ns(&input);
         let setup = Setup {
             strategy: s,
             weights: match s.queue {
@@ -368,7 +369,7 @@ impl<W: Wire> Coordinator<W> {
                 _ => Vec::new(),
             },
             durations: input.plan.iter().map(|j| j.duration).collect(),
-            lease_us: self.wire.leases().then(|| lease_ns(&input) / 1_000),
+            lease_us: self.wire.leases().then_some(lease / 1_000),
         };
         let kind = self.wire.kind();
         let failed = move |e| self_failed(kind, e);
@@ -386,7 +387,7 @@ impl<W: Wire> Coordinator<W> {
         let origin = Instant::now();
         let mut faults = Injector::new(&input.scenario.fault, origin);
         let submitted = self.submit_all(&input, costs.as_deref(), origin, &mut faults, stop)?;
-        self.wait_end(&input, submitted.accepted, &mut faults, stop)?;
+        self.wait_end(&input, submitted.accepted, lease, &mut faults, stop)?;
         self.undo_faults(&mut faults).map_err(failed)?;
         let cost = self.wire.cost_since(before).map_err(failed)?;
         let (take_rtt, hold_late) = self.end_workers().map_err(failed)?;
@@ -493,11 +494,12 @@ impl<W: Wire> Coordinator<W> {
     /// Until every accepted job has finished; fails on a worker process that
     /// exits, or a run far past any length the plan allows.
     /// Meanwhile, faults' actions are done when due and expired leases
-    /// reaped, at least every quarter lease.
+    /// reaped, at least every quarter `lease`.
     fn wait_end(
         &mut self,
         input: &RunInput<'_>,
         accepted: u64,
+        lease: Nanos,
         faults: &mut Injector,
         stop: &AtomicBool,
     ) -> Result<(), RunError> {
@@ -510,7 +512,7 @@ impl<W: Wire> Coordinator<W> {
         let work: Nanos = input.plan.iter().map(|j| j.duration).sum();
         let last = input.plan.last().map_or(0, |j| j.planned);
         let deadline = Instant::now() + Duration::from_nanos(last + work) + Duration::from_secs(30);
-        let tick = Duration::from_millis(250).min(Duration::from_nanos(lease_ns(input) / 4));
+        let tick = Duration::from_millis(250).min(Duration::from_nanos(lease / 4));
         loop {
             let now = Instant::now();
             let wait = faults
@@ -702,10 +704,7 @@ pub fn records(mut jobs: Vec<JobRecord>, stamps: &[Stamp], t0_us: u64) -> Result
                 j.enqueued = at;
                 j.fate = Fate::Refused(Refusal::Limit);
             }
-            Stamp::Redelivered { .. } => {
-                faults.redelivered += 1;
-                redelivered.push(job);
-            }
+            Stamp::Redelivered { .. } => redelivered.push(job),
             Stamp::LateFinish { .. } => {
                 faults.late_finishes_refused += 1;
                 refused_finish[job as usize] = true;
@@ -717,6 +716,7 @@ pub fn records(mut jobs: Vec<JobRecord>, stamps: &[Stamp], t0_us: u64) -> Result
     for &job in &redelivered {
         found_idle[job as usize] = false;
     }
+    faults.redelivered = redelivered.len() as u64;
     faults.ran_twice = jobs
         .iter()
         .zip(&refused_finish)

@@ -58,6 +58,10 @@ fn across(files: &[&LabResults], strategy: &str, def: &FigureDef) -> String {
 /// One table per figure, as text in `style`.
 pub fn render(files: &[&LabResults], reference: &Reference, style: TableStyle) -> String {
     let mut out = String::new();
+    // Files of different scenarios say which is which.
+    let named = files
+        .iter()
+        .any(|r| r.scenario.name != files[0].scenario.name);
     for def in FIGURES {
         let mut table = Table::new();
         table.load_style(style);
@@ -65,10 +69,6 @@ pub fn render(files: &[&LabResults], reference: &Reference, style: TableStyle) -
             "Strategy".to_string(),
             format!("Post ({})", reference.machine),
         ];
-        // Files of different scenarios say which is which.
-        let named = files
-            .iter()
-            .any(|r| r.scenario.name != files[0].scenario.name);
         header.extend(files.iter().map(|r| match named {
             true => format!("{}: {}", r.scenario.name, heading(r)),
             false => heading(r),

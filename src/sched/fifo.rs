@@ -34,9 +34,11 @@ impl Fifo {
     /// A running job handed back ([`super::AnyScheduler::requeue`]).
     pub fn requeue(&mut self, tenant: TenantId, job: JobId) {
         match self.tenants.requeue(tenant, job) {
-            // Ready again, or ready with an older job than its entry says:
-            // an entry for it (the older one is skipped when it comes up).
-            Back::New | Back::Ready | Back::Head => {
+            Back::New | Back::Ready => self.ready.push(Reverse((job, tenant))),
+            // Its entry names its older next job: replaced, by a scan of
+            // the ready tenants (a hand-back is rare; take stays as it was).
+            Back::Head => {
+                self.ready.retain(|&Reverse((_, t))| t != tenant);
                 self.ready.push(Reverse((job, tenant)));
             }
             Back::Capped => {}
@@ -55,13 +57,7 @@ impl Scheduler for Fifo {
 
     #[inline]
     fn take(&mut self) -> Option<(TenantId, JobId)> {
-        let tenant = loop {
-            let Reverse((head, tenant)) = self.ready.pop()?;
-            // A job handed back leaves its tenant's older entry behind.
-            if self.tenants.is_ready_with(tenant, head) {
-                break tenant;
-            }
-        };
+        let Reverse((_, tenant)) = self.ready.pop()?;
         let (job, still_ready) = self.tenants.start_next(tenant);
         if still_ready {
             self.ready

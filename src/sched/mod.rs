@@ -340,13 +340,6 @@ impl Tenants {
         }
     }
 
-    /// Whether the tenant is below its cap with `job` next: a ready
-    /// entry for it is current.
-    #[inline]
-    pub(crate) fn is_ready_with(&self, tenant: TenantId, job: JobId) -> bool {
-        self.tenants[tenant as usize].running < self.limits.cap && self.front(tenant) == Some(job)
-    }
-
     /// The tenant's next job (it must have one waiting).
     #[inline]
     pub(crate) fn head(&self, tenant: TenantId) -> JobId {

@@ -104,20 +104,13 @@ impl RedisWire {
         Ok(pipe.query::<()>(&mut self.con)?)
     }
 
-    fn fcall(&mut self, name: &str) -> Result<i64> {
+    /// Function `name` on the run's queue, with `args` after its prefix.
+    fn fcall(&mut self, name: &str, args: &[u64]) -> Result<i64> {
         Ok(cmd("FCALL")
             .arg(name)
             .arg(0)
             .arg(&self.p)
-            .query(&mut self.con)?)
-    }
-
-    fn fcall_with(&mut self, name: &str, arg: u64) -> Result<i64> {
-        Ok(cmd("FCALL")
-            .arg(name)
-            .arg(0)
-            .arg(&self.p)
-            .arg(arg)
+            .arg(args)
             .query(&mut self.con)?)
     }
 
@@ -192,7 +185,7 @@ impl Wire for RedisWire {
         }
         call.query::<i64>(&mut self.con)?;
         if let Some(us) = setup.lease_us {
-            self.fcall_with("noisylab_lease", us)?;
+            self.fcall("noisylab_lease", &[us])?;
         }
         let durations: Vec<String> = setup.durations.iter().map(u64::to_string).collect();
         cmd("SET")
@@ -297,7 +290,7 @@ impl Wire for RedisWire {
     }
 
     fn halt(&mut self) -> Result<()> {
-        self.fcall("noisylab_halt").map(drop)
+        self.fcall("noisylab_halt", &[]).map(drop)
     }
 
     fn leases(&self) -> bool {
@@ -323,7 +316,7 @@ impl Wire for RedisWire {
     }
 
     fn reap(&mut self) -> Result<()> {
-        self.fcall("noisylab_reap").map(drop)
+        self.fcall("noisylab_reap", &[]).map(drop)
     }
 
     fn end_run(&mut self) -> Result<()> {

@@ -70,9 +70,8 @@
 --
 -- Cost. fair: O(1) a call; fifo, vtc, a cap with lending: O(log tenants)
 -- (a few sorted-set operations); leases add O(log running) a call; never
--- a scan over tenants or jobs. Keys
--- are built from the prefix rather than passed in KEYS: for one server, not
--- a cluster.
+-- a scan over tenants or jobs. Keys are built from the prefix rather than
+-- passed in KEYS: for one server, not a cluster.
 --
 -- The same rules as noisylab's in-process schedulers (src/sched/), which
 -- the tests hold these functions to, job for job.
@@ -100,6 +99,15 @@ end
 local function clock()
   local t = redis.call('TIME')
   return t[1] .. ' ' .. t[2], tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- A job's lease, as P.."lease" holds it, and an instant as a score.
+local function leased(job, t, lid)
+  return job .. ' ' .. t .. ' ' .. lid
+end
+
+local function usec(x)
+  return string.format('%.0f', x)
 end
 
 local function entry(kind, job, stamp)
@@ -375,7 +383,7 @@ end
 -- and idle workers woken for them. Returns how many.
 local function reap(P, c, stamp, now)
   if not c.lease then return 0 end
-  local out = redis.call('ZRANGEBYSCORE', P .. 'lease', '-inf', string.format('%.0f', now))
+  local out = redis.call('ZRANGEBYSCORE', P .. 'lease', '-inf', usec(now))
   for _, m in ipairs(out) do
     redis.call('ZREM', P .. 'lease', m)
     local job, t = string.match(m, '^(%d+) (%d+) ')
@@ -411,10 +419,9 @@ local function hand_out(P, c, stamp, now)
   local lid = 0
   if c.lease then
     lid = redis.call('INCR', P .. 'lid')
-    redis.call('ZADD', P .. 'lease', string.format('%.0f', now + c.lease),
-      job .. ' ' .. t .. ' ' .. lid)
+    redis.call('ZADD', P .. 'lease', usec(now + c.lease), leased(job, t, lid))
   end
-  return entry('s', job, stamp), job .. ' ' .. t .. ' ' .. lid
+  return entry('s', job, stamp), leased(job, t, lid)
 end
 
 -- setup(P, queue, cap, limit, reserve [, tenant, weight]...): a new queue;
@@ -478,7 +485,7 @@ local function finish(_, args)
   local stamp, now = clock()
   local held, mark = true, 'f'
   if c.lease then
-    held = redis.call('ZREM', P .. 'lease', job .. ' ' .. t .. ' ' .. args[4]) == 1
+    held = redis.call('ZREM', P .. 'lease', leased(job, t, args[4])) == 1
     if held then
       redis.call('SADD', P .. 'fin', args[4])
     elseif redis.call('SISMEMBER', P .. 'fin', args[4]) == 1 then
@@ -510,8 +517,8 @@ local function renew(_, args)
   if not c.lease then return 1 end
   local stamp, now = clock()
   reap(P, c, stamp, now)
-  return redis.call('ZADD', P .. 'lease', 'XX', 'CH', string.format('%.0f', now + c.lease),
-    args[2] .. ' ' .. args[3] .. ' ' .. args[4])
+  return redis.call('ZADD', P .. 'lease', 'XX', 'CH', usec(now + c.lease),
+    leased(args[2], args[3], args[4]))
 end
 
 -- lease(P, microseconds): takes lease their jobs from now on.
