@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
+use super::clients::{Clients, Due};
 use super::faults::{Action, Injector};
 use super::{Backend, RunError, RunInput, RunRecord, ServerKind};
 use crate::engine::clock::sleep_until_blocking;
@@ -60,6 +61,9 @@ pub struct Setup<'a> {
     /// How long a take's lease lasts, microseconds (`None`: the server
     /// gives no lease).
     pub lease_us: Option<u64>,
+    /// Clients may stop waiting for a job that has not started
+    /// ([`Wire::abandon`]).
+    pub watch: bool,
 }
 
 /// One job to submit: its number, its queue (tenant or key) and, with vtc,
@@ -99,6 +103,11 @@ pub enum Stamp {
     },
     /// A finish refused: its lease had run out.
     LateFinish {
+        job: u32,
+        us: u64,
+    },
+    /// Its client stopped waiting before it started.
+    Abandoned {
         job: u32,
         us: u64,
     },
@@ -163,6 +172,11 @@ pub trait Wire {
     /// how many were dropped.
     fn drop_workers(&mut self) -> Result<u64> {
         bail!("dropping the workers' connections is not carried by this server")
+    }
+    /// Clients stop waiting for these jobs (each with whether it cancels
+    /// it, else it still runs): for each, whether it had not started yet.
+    fn abandon(&mut self, _jobs: &[(u32, bool)]) -> Result<Vec<bool>> {
+        bail!("clients that stop waiting are not carried by this server")
     }
     /// Hand jobs whose lease ran out back to their queues now (the server
     /// does it on every call too; this is for a queue nobody calls).
@@ -370,6 +384,12 @@ impl<W: Wire> Coordinator<W> {
             },
             durations: input.plan.iter().map(|j| j.duration).collect(),
             lease_us: self.wire.leases().then_some(lease / 1_000),
+            watch: false,
+        };
+        let mut clients = Clients::new(input.plan.clone(), input.pool, input.seed);
+        let setup = Setup {
+            watch: clients.watch(),
+            ..setup
         };
         let kind = self.wire.kind();
         let failed = move |e| self_failed(kind, e);
@@ -386,20 +406,28 @@ impl<W: Wire> Coordinator<W> {
         });
         let origin = Instant::now();
         let mut faults = Injector::new(&input.scenario.fault, origin);
-        let submitted = self.submit_all(&input, costs.as_deref(), origin, &mut faults, stop)?;
+        let submitted = self.submit_all(
+            &input,
+            &mut clients,
+            costs.as_deref(),
+            origin,
+            &mut faults,
+            stop,
+        )?;
         self.wait_end(&input, submitted.accepted, lease, &mut faults, stop)?;
         self.undo_faults(&mut faults).map_err(failed)?;
         let cost = self.wire.cost_since(before).map_err(failed)?;
         let (take_rtt, hold_late) = self.end_workers().map_err(failed)?;
         let stamps = self.wire.stamps().map_err(failed)?;
         let n = input.plan.len() as f64;
+        let index = |id: u32| clients.index(id);
         let Rebuilt {
             jobs,
             found_idle,
             end,
             faults: mut leases,
             redelivered,
-        } = records(input.plan, &stamps, t0_us).map_err(failed)?;
+        } = records(clients.jobs.clone(), index, &stamps, t0_us).map_err(failed)?;
         leases.injected = faults.injected;
         leases.dropped_connections = faults.dropped;
         let queue = QueueFigures {
@@ -435,58 +463,81 @@ impl<W: Wire> Coordinator<W> {
             .context("the workers did not start the run")
     }
 
-    /// Every planned job at its instant (with vtc, its cost); those due at
-    /// one instant in one round trip.
-    /// A fault's action due before the next arrival is done on the way.
+    /// Every planned job at its instant (with vtc, its cost), those due at
+    /// one instant in one round trip; the clients' retries and give-ups as
+    /// they fall due. A fault's action due before them is done on the way.
     fn submit_all(
         &mut self,
         input: &RunInput<'_>,
+        clients: &mut Clients<'_>,
         costs: Option<&[String]>,
         origin: Instant,
         faults: &mut Injector,
         stop: &AtomicBool,
     ) -> Result<Submitted, RunError> {
-        let plan = &input.plan;
         let kind = self.wire.kind();
+        let failed = move |e| self_failed(kind, e);
+        let lab_now = || origin.elapsed().as_nanos() as Nanos;
+        let fixed = clients.fixed_retry_after();
         let mut out = Submitted {
             accepted: 0,
             rtt: new_histogram(),
             retry_after_s_max: 0,
         };
-        let mut i = 0;
-        while i < plan.len() {
-            let at = plan[i].planned;
+        while let Some(at) = clients.next_at() {
             let instant = origin + Duration::from_nanos(at);
             if let Some(fault) = faults.next_at().filter(|f| *f < instant) {
                 sleep_until_blocking(fault, SUBMIT_MARGIN);
-                self.inject_due(faults).map_err(|e| self_failed(kind, e))?;
+                self.inject_due(faults).map_err(failed)?;
                 continue;
             }
-            let k = i + plan[i..].iter().take_while(|j| j.planned == at).count();
             sleep_until_blocking(instant, SUBMIT_MARGIN);
             if stop.load(Ordering::Relaxed) {
                 self.halt(faults);
                 return Err(RunError::Interrupted);
             }
-            let batch: Vec<Submit<'_>> = (i..k)
-                .map(|id| Submit {
-                    job: id as u32,
-                    queue: plan[id].queue(input.pool.by_key),
-                    cost: costs.map(|c| c[id].as_str()),
-                })
-                .collect();
-            let sent = Instant::now();
-            let replies = self.wire.submit(&batch).map_err(|e| self_failed(kind, e))?;
-            record(&mut out.rtt, sent.elapsed().as_nanos() as u64);
-            for (j, (ok, x)) in plan[i..k].iter().zip(replies) {
-                if ok {
-                    out.accepted += 1;
-                } else {
-                    let hint = input.pool.retry_after_s(j.tenant, x as u32);
-                    out.retry_after_s_max = out.retry_after_s_max.max(hint);
+            match clients.due().expect("something is due").1 {
+                Due::Timeouts(due) => {
+                    let jobs: Vec<(u32, bool)> = due
+                        .iter()
+                        .map(|&i| (clients.wire_of(i), clients.cancels(i)))
+                        .collect();
+                    let waiting = self.wire.abandon(&jobs).map_err(failed)?;
+                    let now = lab_now();
+                    for (&i, _) in due.iter().zip(waiting).filter(|(_, w)| *w) {
+                        clients.abandoned(i, now);
+                    }
+                }
+                Due::Send(due) => {
+                    let mut batch = Vec::with_capacity(due.len());
+                    for &i in &due {
+                        let j = clients.jobs[i];
+                        batch.push(Submit {
+                            job: clients.send(i).map_err(failed)?,
+                            queue: j.queue(input.pool.by_key),
+                            cost: costs.map(|c| c[j.origin as usize].as_str()),
+                        });
+                    }
+                    let sent = Instant::now();
+                    let replies = self.wire.submit(&batch).map_err(failed)?;
+                    record(&mut out.rtt, sent.elapsed().as_nanos() as u64);
+                    let now = lab_now();
+                    for (&i, (ok, x)) in due.iter().zip(replies) {
+                        if ok {
+                            out.accepted += 1;
+                            clients.accepted(i, now);
+                            continue;
+                        }
+                        let tenant = clients.jobs[i].tenant;
+                        let hint = fixed.unwrap_or_else(|| {
+                            input.pool.retry_after_s(tenant, x as u32) * 1_000_000_000
+                        });
+                        out.retry_after_s_max =
+                            out.retry_after_s_max.max(hint.div_ceil(1_000_000_000));
+                        clients.refused(i, now, Some(hint));
+                    }
                 }
             }
-            i = k;
         }
         Ok(out)
     }
@@ -664,17 +715,22 @@ pub struct Rebuilt {
     pub redelivered: Vec<u32>,
 }
 
-/// The run's records from the plan and the server's stamps, with each job's
-/// found-idle mark and the run's end, in lab time from `t0_us` on the
-/// server's clock. A job started more than once (its lease ran out) keeps
-/// its last start, the one that finished it, and is no dispatch-floor
-/// sample.
-pub fn records(mut jobs: Vec<JobRecord>, stamps: &[Stamp], t0_us: u64) -> Result<Rebuilt> {
-    for (i, j) in jobs.iter_mut().enumerate() {
-        j.origin = i as u32;
-    }
+/// The run's records from its attempts (the plan's, then any retries) and
+/// the server's stamps, each naming an attempt by the number `index` turns
+/// into its place in `jobs`; with each attempt's found-idle mark and the
+/// run's end, in lab time from `t0_us` on the server's clock. A job started
+/// more than once (its lease ran out) keeps its last start, the one that
+/// finished it, and is no dispatch-floor sample. A job whose client stopped
+/// waiting is cancelled when it never started, wasted when it ran unread.
+pub fn records(
+    mut jobs: Vec<JobRecord>,
+    index: impl Fn(u32) -> Option<usize>,
+    stamps: &[Stamp],
+    t0_us: u64,
+) -> Result<Rebuilt> {
     let mut found_idle = vec![false; jobs.len()];
     let mut refused_finish = vec![false; jobs.len()];
+    let mut abandoned = vec![false; jobs.len()];
     let mut faults = FaultFigures::default();
     let mut redelivered = Vec::new();
     let mut end: Nanos = 0;
@@ -684,30 +740,42 @@ pub fn records(mut jobs: Vec<JobRecord>, stamps: &[Stamp], t0_us: u64) -> Result
         | Stamp::Finished { job, us }
         | Stamp::Refused { job, us }
         | Stamp::Redelivered { job, us }
-        | Stamp::LateFinish { job, us }) = *stamp;
+        | Stamp::LateFinish { job, us }
+        | Stamp::Abandoned { job, us }) = *stamp;
         let at: Nanos = us.saturating_sub(t0_us) * 1_000;
-        let j = jobs
-            .get_mut(job as usize)
-            .ok_or_else(|| anyhow!("the server names job {job}, which was not planned"))?;
+        let i = index(job)
+            .filter(|&i| i < jobs.len())
+            .ok_or_else(|| anyhow!("the server names job {job}, which was not sent"))?;
+        let j = &mut jobs[i];
         end = end.max(at);
         match *stamp {
             Stamp::Enqueued { woke, .. } => {
                 j.enqueued = at;
-                found_idle[job as usize] = woke;
+                found_idle[i] = woke;
             }
             Stamp::Started { .. } => j.started = at,
             Stamp::Finished { .. } => {
                 j.finished = at;
-                j.fate = Fate::Ran;
+                j.fate = if abandoned[i] {
+                    Fate::Wasted
+                } else {
+                    Fate::Ran
+                };
+            }
+            Stamp::Abandoned { .. } => {
+                // Cancelled unless it starts after all (then wasted).
+                abandoned[i] = true;
+                j.finished = at;
+                j.fate = Fate::Cancelled;
             }
             Stamp::Refused { .. } => {
                 j.enqueued = at;
                 j.fate = Fate::Refused(Refusal::Limit);
             }
-            Stamp::Redelivered { .. } => redelivered.push(job),
+            Stamp::Redelivered { .. } => redelivered.push(i as u32),
             Stamp::LateFinish { .. } => {
                 faults.late_finishes_refused += 1;
-                refused_finish[job as usize] = true;
+                refused_finish[i] = true;
             }
         }
     }
@@ -720,7 +788,7 @@ pub fn records(mut jobs: Vec<JobRecord>, stamps: &[Stamp], t0_us: u64) -> Result
     faults.ran_twice = jobs
         .iter()
         .zip(&refused_finish)
-        .filter(|(j, refused)| **refused && j.fate == Fate::Ran)
+        .filter(|(j, refused)| **refused && matches!(j.fate, Fate::Ran | Fate::Wasted))
         .count() as u64;
     if let Some(j) = jobs
         .iter()

@@ -13,11 +13,14 @@
 //!   in one trait ([`coordinator::Wire`]), implemented by
 //! - [`redis`]: the disciplines as functions inside a Redis server, and
 //! - [`postgres`]: the disciplines as SQL functions over a job table;
+//! - [`clients`]: a run's clients as the coordinator plays them: arrivals,
+//!   retries and give-ups;
 //! - [`worker`]: the worker processes' loop, the same on every server;
 //! - [`faults`]: a scenario's `[[fault]]` as timed actions on the worker
 //!   processes;
 //! - [`process`]: starting servers and workers as child processes.
 
+pub mod clients;
 pub mod coordinator;
 pub mod faults;
 pub mod postgres;

@@ -6,10 +6,10 @@
 //! 2. asks for a job (a take); with none to start it is counted idle by the
 //!    server and waits to be woken (a blocking pop on Redis, a `LISTEN` on
 //!    PostgreSQL), never polling;
-//! 3. holds the job for its duration (from the run's plan, read once) on a
-//!    precise timer, renewing its lease (where the server leases jobs) when
-//!    the hold is longer than half of it, then finishes it and gets its
-//!    next job in the same call;
+//! 3. holds the job for its duration (from the run's plan, read once; a
+//!    retry holds its first attempt's) on a precise timer, renewing its
+//!    lease (where the server leases jobs) when the hold is longer than
+//!    half of it, then finishes it and gets its next job in the same call;
 //! 4. when the run is over, leaves its round-trip times and how late its
 //!    own timer woke for each hold, for the coordinator.
 //!
@@ -113,10 +113,8 @@ fn serve_run(w: &mut impl Taker) -> Result<()> {
             next = timed(&mut rtt, || w.take(true))?;
             continue;
         };
-        let hold = durations
-            .get(job.id as usize)
-            .ok_or_else(|| anyhow!("job {} is not in the run's plan", job.id))?;
-        let until = Instant::now() + Duration::from_nanos(*hold);
+        let hold = hold_of(&durations, job.id)?;
+        let until = Instant::now() + Duration::from_nanos(hold);
         hold_until(w, job, until, lease)?;
         let sent = Instant::now();
         record(&mut late, (sent - until).as_nanos() as u64);
@@ -127,6 +125,15 @@ fn serve_run(w: &mut impl Taker) -> Result<()> {
         encode_histogram(&rtt),
         encode_histogram(&late)
     ))
+}
+
+/// A job's hold: the plan's `durations[id % n]` (a retry is numbered past
+/// the plan, see [`crate::backend::clients::wire_id`]).
+fn hold_of(durations: &[u64], id: u32) -> Result<u64> {
+    if durations.is_empty() {
+        return Err(anyhow!("job {id} in a run with no jobs planned"));
+    }
+    Ok(durations[id as usize % durations.len()])
 }
 
 /// Hold `job` until `until`; with a lease shorter than twice the hold,

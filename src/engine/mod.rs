@@ -654,9 +654,12 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
 /// engine did not see (a queue on a server): occupancy samples and idle
 /// capacity while work waits, exactly as [`run`] integrates them, and the
 /// dispatch floor over the jobs that `found_idle` marks (their submit found
-/// a worker idle). For runs without clients: every record sent once, run or
-/// refused at the door. `end` is when the run ended (at least its last
-/// event). The records keep no retry-after: `retry_after_s_max` is 0.
+/// a worker idle). Every attempt counts (a retry is a new job); one its
+/// client cancelled leaves the queue when its client left, since the
+/// records keep no later instant (the engine counts it waiting until its
+/// turn came and it was dropped: the one difference, and only in how long
+/// work waited). `end` is when the run ended (at least its last event).
+/// The records keep no retry-after: `retry_after_s_max` is 0.
 pub fn stats_from_records(
     pool: &Pool,
     jobs: &[JobRecord],
@@ -674,7 +677,9 @@ pub fn stats_from_records(
             continue; // refused at the door: never queued
         }
         events.push((j.enqueued, 1, 0, 0));
-        if j.started != NEVER {
+        if j.fate == Fate::Cancelled {
+            events.push((j.finished, -1, 0, 0));
+        } else if j.started != NEVER {
             let burst = j.tenant >= pool.normal_tenants;
             let (n, b) = if burst { (0, 1) } else { (1, 0) };
             events.push((j.started, -1, n, b));

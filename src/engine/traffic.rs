@@ -143,6 +143,19 @@ pub struct Traffic<'a> {
 /// The stream of a run's seed that draws the clients' jitter.
 const CLIENT_STREAM: u64 = 3;
 
+impl TrafficPlan {
+    /// Whether anything stands between a client and the queue, or between
+    /// a worker and the provider: a rate limit, a budget, the provider's
+    /// limits (else only the clients' own policy and the queue limit's
+    /// retry-after are at work).
+    pub fn has_front_door(&self) -> bool {
+        self.rate.iter().any(Option::is_some)
+            || self.budget.iter().any(Option::is_some)
+            || self.org.is_some()
+            || !self.workspaces.is_empty()
+    }
+}
+
 impl<'a> Traffic<'a> {
     pub fn new(plan: &'a TrafficPlan, seed: u64) -> Traffic<'a> {
         let per_tenant = |c: &[Option<(f64, f64)>]| -> Vec<Option<Bucket>> {

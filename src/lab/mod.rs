@@ -293,10 +293,20 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
                 strategy.name
             );
         }
-        if limits::traffic_plan(s, strategy).is_some() {
+        let Some(traffic) = limits::traffic_plan(s, strategy) else {
+            continue;
+        };
+        if traffic.has_front_door() {
             anyhow::bail!(
-                "strategy[{i}] ({:?}): rate limits, budgets, the provider's limits, retrying clients \
-                 and fixed retry-afters are not carried by the {name} backend yet",
+                "strategy[{i}] ({:?}): rate limits, budgets and the provider's limits are not \
+                 carried by the {name} backend yet (retrying clients are, on Redis)",
+                strategy.name
+            );
+        }
+        if server.server != ServerKind::Redis {
+            anyhow::bail!(
+                "strategy[{i}] ({:?}): retrying clients, clients that stop waiting and fixed \
+                 retry-afters are not carried by the {name} backend yet: run it with --backend redis",
                 strategy.name
             );
         }

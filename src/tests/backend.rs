@@ -11,6 +11,8 @@
 //! say so on stderr (`make test` prints one line); with
 //! `NOISYLAB_REQUIRE_SERVERS=1` (CI) they fail instead.
 
+#[path = "backend/clients.rs"]
+mod clients;
 mod common;
 #[path = "backend/faults.rs"]
 mod faults;
@@ -389,32 +391,49 @@ fn check_stamps(s: &Scenario, strategy: &Def, jobs: &[JobRecord], redelivered: &
         population.tenants()
     };
     let mut events = Vec::new();
-    let mut last_start = vec![0u64; queues];
-    for j in jobs {
+    // (enqueued, started, queue) of every job that ran and was never
+    // handed back: a queue's own jobs start in the order they came.
+    let mut order = Vec::new();
+    for (i, j) in jobs.iter().enumerate() {
         assert_ne!(
             j.enqueued, NEVER,
             "{}: a job never submitted",
             strategy.name
         );
         match j.fate {
-            Fate::Ran => {
+            // Wasted: its client had stopped waiting, but it ran.
+            Fate::Ran | Fate::Wasted => {
                 assert!(j.enqueued <= j.started && j.started < j.finished, "{j:?}");
                 assert!(
                     j.finished - j.started >= j.duration,
                     "held its duration: {j:?}"
                 );
                 let q = j.queue(by_key);
-                let t = q as usize;
-                if !redelivered.contains(&j.origin) {
-                    assert!(j.started >= last_start[t], "queue {t}'s own order");
-                    last_start[t] = j.started;
+                if !redelivered.contains(&(i as u32)) {
+                    order.push((j.enqueued, j.started, q));
                 }
                 events.push((j.started, 1i32, q));
                 events.push((j.finished, -1, q));
             }
             Fate::Refused(_) => assert!(strategy.limit.is_some(), "{j:?}"),
+            // Its client stopped waiting; dropped at its turn, never run.
+            Fate::Cancelled => {
+                assert!(j.started == NEVER && j.finished >= j.enqueued, "{j:?}")
+            }
             other => panic!("{}: a job ended {other:?}: {j:?}", strategy.name),
         }
+    }
+    order.sort();
+    let mut last_start = vec![0u64; queues];
+    // Without a cap, fifo starts every job in the order they came.
+    let one_line = strategy.queue == Queue::Fifo && strategy.cap.is_none();
+    let mut last = 0;
+    for (_, started, q) in order {
+        let t = q as usize;
+        assert!(started >= last_start[t], "queue {t}'s own order");
+        last_start[t] = started;
+        assert!(!one_line || started >= last, "fifo's one order");
+        last = started;
     }
     events.sort();
     let (mut busy, mut per) = (0, vec![0i32; queues]);

@@ -187,6 +187,9 @@ impl Wire for RedisWire {
         if let Some(us) = setup.lease_us {
             self.fcall("noisylab_lease", &[us])?;
         }
+        if setup.watch {
+            self.fcall("noisylab_watch", &[])?;
+        }
         let durations: Vec<String> = setup.durations.iter().map(u64::to_string).collect();
         cmd("SET")
             .arg(format!("{}durations", self.p))
@@ -315,6 +318,20 @@ impl Wire for RedisWire {
         Ok(killed.iter().sum())
     }
 
+    fn abandon(&mut self, jobs: &[(u32, bool)]) -> Result<Vec<bool>> {
+        let mut pipe = redis::pipe();
+        for &(job, cancel) in jobs {
+            pipe.cmd("FCALL")
+                .arg("noisylab_abandon")
+                .arg(0)
+                .arg(&self.p)
+                .arg(job)
+                .arg(u8::from(cancel));
+        }
+        let waiting: Vec<i64> = pipe.query(&mut self.con)?;
+        Ok(waiting.into_iter().map(|w| w == 1).collect())
+    }
+
     fn reap(&mut self) -> Result<()> {
         self.fcall("noisylab_reap", &[]).map(drop)
     }
@@ -354,6 +371,7 @@ fn stamp(line: &str) -> Result<Stamp> {
         "r" => Stamp::Refused { job, us },
         "l" => Stamp::Redelivered { job, us },
         "x" => Stamp::LateFinish { job, us },
+        "a" => Stamp::Abandoned { job, us },
         _ => bail!("a log line of unknown kind: {line:?}"),
     })
 }

@@ -13,6 +13,12 @@
 -- lease, which hands back the next job. A submitter calls FCALL
 -- noisylab_submit 0 P job tenant [cost].
 --
+-- Clients that stop waiting (after FCALL noisylab_watch 0 P): a client
+-- whose job has not started when its patience runs out calls FCALL
+-- noisylab_abandon 0 P job cancel: 1 if the job was still waiting (with
+-- cancel = 1 it is dropped at its turn, without a worker; else it still
+-- runs, unread), 0 if it had started.
+--
 -- Leases (after FCALL noisylab_lease 0 P microseconds): a take leases the
 -- job to its worker until the server's clock passes the lease; a worker
 -- holding a job longer renews it (FCALL noisylab_renew 0 P job tenant
@@ -28,7 +34,8 @@
 -- numbers, a job's id growing with its arrival.
 --   P.."cfg"      hash   queue = fifo | fair | vtc | halt, cap, limit, reserve
 --                        (-1: no lending), expect (jobs accepted in all),
---                        lease (microseconds; absent: no leases)
+--                        lease (microseconds; absent: no leases), watch
+--                        (1: clients may stop waiting)
 --   P.."q:"..t    list   tenant t's waiting jobs, oldest first
 --   P.."run"      hash   with a cap: tenant -> its jobs running now
 --   P.."queued"   string jobs waiting, all tenants
@@ -62,11 +69,14 @@
 --                        on the server's clock), for every job running
 --   P.."lid"      string the last lease number given
 --   P.."fin"      set    the leases whose finish went through
---   P.."log"      list   "e|s|f|r|l|x job sec usec [woke]": enqueued,
+--   P.."wait"     hash   with watch: job -> 1 while it waits for its first
+--                        start, "c" once its client left and cancelled it
+--   P.."log"      list   "e|s|f|r|l|x|a job sec usec [woke]": enqueued,
 --                        started, finished, refused, lease ran out (the job
---                        went back to its queue), late finish refused; on
---                        the server's clock (TIME)
---   P.."done", P.."end": finishes counted; a token once `expect` is reached
+--                        went back to its queue), late finish refused, its
+--                        client stopped waiting; on the server's clock (TIME)
+--   P.."done", P.."end": jobs ended (finished, or dropped at their turn);
+--                        a token once `expect` is reached
 --
 -- Cost. fair: O(1) a call; fifo, vtc, a cap with lending: O(log tenants)
 -- (a few sorted-set operations); leases add O(log running) a call; never
@@ -85,12 +95,14 @@ local settings = {}
 local function cfg(P)
   local c = settings[P]
   if c then return c end
-  local v = redis.call('HMGET', P .. 'cfg', 'queue', 'cap', 'limit', 'reserve', 'expect', 'lease')
+  local v = redis.call('HMGET', P .. 'cfg', 'queue', 'cap', 'limit', 'reserve', 'expect', 'lease',
+    'watch')
   if not v[1] then
     error('noisylab: no queue under prefix ' .. P)
   end
   c = { queue = v[1], cap = tonumber(v[2]), limit = tonumber(v[3]),
-        reserve = tonumber(v[4]), expect = tonumber(v[5]), lease = tonumber(v[6]) }
+        reserve = tonumber(v[4]), expect = tonumber(v[5]), lease = tonumber(v[6]),
+        watch = v[7] == '1' }
   settings[P] = c
   return c
 end
@@ -202,6 +214,7 @@ local function push(P, c, t, job, cost)
     return false, waiting
   end
   redis.call('INCR', P .. 'queued')
+  if c.watch then redis.call('HSET', P .. 'wait', job, 1) end
   if c.queue == 'vtc' then
     if cost then redis.call('HSET', P .. 'cost', job, cost) end
     if waiting == 0 then lift(P, t) end
@@ -379,6 +392,28 @@ local function wake(P, c)
   return 0
 end
 
+-- One more job ended (finished, or dropped at its turn): P.."end" gets a
+-- token once `expect` have.
+local function ended(P, c)
+  if redis.call('INCR', P .. 'done') == c.expect then
+    redis.call('RPUSH', P .. 'end', 1)
+  end
+end
+
+-- With watch: tenant t's `job`, just taken, leaves the waiting jobs;
+-- true if its client had cancelled it: then it is dropped without a
+-- worker (its turn used, its cap slot given back) and counts as ended.
+local function dropped(P, c, t, job)
+  local w = P .. 'wait'
+  local v = redis.call('HGET', w, job)
+  redis.call('HDEL', w, job)
+  if v ~= 'c' then return false end
+  finished(P, c, t)
+  if c.queue == 'vtc' then redis.call('HDEL', P .. 'cost', job) end
+  ended(P, c)
+  return true
+end
+
 -- Every job whose lease ran out by `now` back in its queue (logged "l"),
 -- and idle workers woken for them. Returns how many.
 local function reap(P, c, stamp, now)
@@ -412,6 +447,9 @@ local function hand_out(P, c, stamp, now)
     idle = tonumber(redis.call('GET', P .. 'idle') or 0) + 1
   end
   local t, job = next_job(P, c, idle)
+  while t and c.watch and dropped(P, c, t, job) do
+    t, job = next_job(P, c, idle)
+  end
   if not t then
     redis.call('INCR', P .. 'idle')
     return nil, false
@@ -502,9 +540,7 @@ local function finish(_, args)
   local started, next = hand_out(P, c, stamp, now)
   if mark then redis.call('RPUSH', P .. 'log', entry(mark, job, stamp)) end
   if started then redis.call('RPUSH', P .. 'log', started) end
-  if held and redis.call('INCR', P .. 'done') == c.expect then
-    redis.call('RPUSH', P .. 'end', 1)
-  end
+  if held then ended(P, c) end
   return next
 end
 
@@ -519,6 +555,33 @@ local function renew(_, args)
   reap(P, c, stamp, now)
   return redis.call('ZADD', P .. 'lease', 'XX', 'CH', usec(now + c.lease),
     leased(args[2], args[3], args[4]))
+end
+
+-- watch(P): clients may stop waiting for a job that has not started
+-- (noisylab_abandon); its queue keeps track of the jobs still waiting.
+local function set_watch(_, args)
+  local P = args[1]
+  redis.call('HSET', P .. 'cfg', 'watch', 1)
+  settings[P] = nil
+  return 1
+end
+
+-- abandon(P, job, cancel): the job's client stopped waiting. 1 if the job
+-- had not started (logged "a"; with cancel = 1 it is dropped at its turn,
+-- else it still runs), 0 if it had.
+local function abandon(_, args)
+  local P, job = args[1], args[2]
+  cfg(P) -- the queue must exist
+  local w = P .. 'wait'
+  if redis.call('HGET', w, job) ~= '1' then return 0 end
+  if args[3] == '1' then
+    redis.call('HSET', w, job, 'c')
+  else
+    redis.call('HDEL', w, job)
+  end
+  local stamp = clock()
+  redis.call('RPUSH', P .. 'log', entry('a', job, stamp))
+  return 1
 end
 
 -- lease(P, microseconds): takes lease their jobs from now on.
@@ -602,6 +665,8 @@ redis.register_function('noisylab_finish', finish)
 redis.register_function('noisylab_expect', expect)
 redis.register_function('noisylab_renew', renew)
 redis.register_function('noisylab_lease', set_lease)
+redis.register_function('noisylab_watch', set_watch)
+redis.register_function('noisylab_abandon', abandon)
 redis.register_function('noisylab_reap', reap_now)
 redis.register_function('noisylab_halt', halt)
 redis.register_function('noisylab_forget', forget)

@@ -21,7 +21,11 @@ use noisylab::scenario::Scenario;
 use super::{check_stamps, common, functions, one_at_a_time, redis_plan, server};
 
 /// `FCALL name 0 args…` on `con`.
-fn fcall<T: redis::FromRedisValue>(con: &mut redis::Connection, name: &str, args: &[&str]) -> T {
+pub(super) fn fcall<T: redis::FromRedisValue>(
+    con: &mut redis::Connection,
+    name: &str,
+    args: &[&str],
+) -> T {
     let mut c = redis::cmd("FCALL");
     c.arg(name).arg(0);
     for a in args {
@@ -30,7 +34,7 @@ fn fcall<T: redis::FromRedisValue>(con: &mut redis::Connection, name: &str, args
     c.query(con).unwrap()
 }
 
-fn log(con: &mut redis::Connection, p: &str) -> Vec<String> {
+pub(super) fn log(con: &mut redis::Connection, p: &str) -> Vec<String> {
     let lines: Vec<String> = redis::cmd("LRANGE")
         .arg(format!("{p}log"))
         .arg(0)

@@ -1,0 +1,209 @@
+//! A run's clients on a queue server, as the coordinator plays them: every
+//! planned job sent at its instant and, where the scenario's clients retry
+//! or stop waiting, their retries and give-ups, by the policy the
+//! in-process engine follows ([`Traffic::retry_delay`], the same seeded
+//! jitter, the same retry budget).
+//!
+//! A retry is a new submit: a new job on the server. Its number must grow
+//! with the order jobs are sent (fifo serves by it, and so do a tenant's
+//! turns), and a worker should find its hold without asking: an attempt of
+//! planned job j sent when k retries have been sent (this one too) is
+//! numbered k·n + j, n jobs planned ([`wire_id`]), and holds
+//! `durations[id % n]`. Without retries the numbers are the plan's own.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use anyhow::{Result, anyhow};
+
+use crate::engine::traffic::Traffic;
+use crate::engine::{JobRecord, Nanos, Pool};
+
+/// The number a server knows an attempt of planned job `origin` (of `n`)
+/// by, sent when `k` retries have been sent (itself too, if a retry);
+/// `None` past `u32`. Numbers grow with every send: a retry's `k` is one
+/// more than the last send's, and a first attempt sent after it is of a
+/// later planned job than the retry's (sent before it).
+pub fn wire_id(k: u32, origin: u32, n: u32) -> Option<u32> {
+    k.checked_mul(n)?.checked_add(origin)
+}
+
+/// What is due next: clients whose patience ran out (with no start yet
+/// heard of, they give up on the job), or attempts to send in one round
+/// trip (retries due at that instant, then planned arrivals), as indices
+/// into [`Clients::jobs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Due {
+    Timeouts(Vec<usize>),
+    Send(Vec<usize>),
+}
+
+/// One run's attempts: the plan's, then every retry, in the order made.
+pub struct Clients<'a> {
+    traffic: Option<Traffic<'a>>,
+    /// Every attempt: `jobs[..n]` the plan, then retries as they are made.
+    pub jobs: Vec<JobRecord>,
+    n: usize,
+    /// The next planned arrival.
+    next: usize,
+    retries: BinaryHeap<Reverse<(Nanos, usize)>>,
+    timeouts: BinaryHeap<Reverse<(Nanos, usize)>>,
+    /// The delay that led to each retry, by index past the plan.
+    delay: Vec<Nanos>,
+    /// Each attempt's server number, once sent.
+    wire: Vec<u32>,
+    /// The attempt each server number names.
+    by_wire: HashMap<u32, usize>,
+    /// Retries sent so far.
+    retries_sent: u32,
+}
+
+impl<'a> Clients<'a> {
+    /// The clients of a run of `plan` on `pool`, seeded as the engine's
+    /// run with `seed` is.
+    pub fn new(mut plan: Vec<JobRecord>, pool: &'a Pool, seed: u64) -> Clients<'a> {
+        for (i, j) in plan.iter_mut().enumerate() {
+            j.origin = i as u32;
+        }
+        let plan_len = plan.len();
+        Clients {
+            traffic: pool.traffic.as_deref().map(|p| Traffic::new(p, seed)),
+            n: plan.len(),
+            jobs: plan,
+            next: 0,
+            retries: BinaryHeap::new(),
+            timeouts: BinaryHeap::new(),
+            delay: Vec::new(),
+            wire: vec![0; plan_len],
+            by_wire: HashMap::new(),
+            retries_sent: 0,
+        }
+    }
+
+    /// Whether any client stops waiting for a job that has not started.
+    pub fn watch(&self) -> bool {
+        self.traffic
+            .as_ref()
+            .is_some_and(|t| t.plan().clients.iter().any(|c| c.timeout_ns.is_some()))
+    }
+
+    /// The queue limit's fixed retry-after, where the strategy sets one.
+    pub fn fixed_retry_after(&self) -> Option<Nanos> {
+        self.traffic
+            .as_ref()
+            .and_then(|t| t.plan().limit_retry_after_ns)
+    }
+
+    /// When the next thing is due, lab time.
+    pub fn next_at(&self) -> Option<Nanos> {
+        let peek = |h: &BinaryHeap<Reverse<(Nanos, usize)>>| h.peek().map(|Reverse((at, _))| *at);
+        [
+            peek(&self.timeouts),
+            peek(&self.retries),
+            self.jobs[..self.n].get(self.next).map(|j| j.planned),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// What is due at [`Clients::next_at`]: on a tie, clients giving up
+    /// first, then retries, then planned arrivals (the engine's order).
+    pub fn due(&mut self) -> Option<(Nanos, Due)> {
+        let at = self.next_at()?;
+        let ready = |h: &BinaryHeap<Reverse<(Nanos, usize)>>| {
+            h.peek().is_some_and(|Reverse((t, _))| *t == at)
+        };
+        let pop_all = |h: &mut BinaryHeap<Reverse<(Nanos, usize)>>| {
+            let mut out = Vec::new();
+            while ready(h) {
+                out.push(h.pop().expect("peeked").0.1);
+            }
+            out
+        };
+        if ready(&self.timeouts) {
+            return Some((at, Due::Timeouts(pop_all(&mut self.timeouts))));
+        }
+        let mut send = pop_all(&mut self.retries);
+        while self.next < self.n && self.jobs[self.next].planned == at {
+            send.push(self.next);
+            self.next += 1;
+        }
+        Some((at, Due::Send(send)))
+    }
+
+    /// The number attempt `i` is sent under ([`wire_id`]), given now:
+    /// attempts must be sent in the order this is asked.
+    pub fn send(&mut self, i: usize) -> Result<u32> {
+        let job = self.jobs[i];
+        if job.attempt == 1 {
+            if let Some(t) = &mut self.traffic {
+                t.sent_first(job.tenant);
+            }
+        } else {
+            self.retries_sent += 1;
+        }
+        let id = wire_id(self.retries_sent, job.origin, self.n as u32).ok_or_else(|| {
+            anyhow!(
+                "{} retries of {} planned jobs are past a server's job numbers (u32)",
+                self.retries_sent,
+                self.n
+            )
+        })?;
+        self.wire[i] = id;
+        self.by_wire.insert(id, i);
+        Ok(id)
+    }
+
+    /// Attempt `i`'s server number, once sent.
+    pub fn wire_of(&self, i: usize) -> u32 {
+        self.wire[i]
+    }
+
+    /// The attempt a server number names.
+    pub fn index(&self, id: u32) -> Option<usize> {
+        self.by_wire.get(&id).copied()
+    }
+
+    /// Whether attempt `i`'s client cancels the job when it stops waiting
+    /// (else the job still runs, unread).
+    pub fn cancels(&self, i: usize) -> bool {
+        self.traffic
+            .as_ref()
+            .is_some_and(|t| !t.client(self.jobs[i].tenant).waste)
+    }
+
+    /// Attempt `i` was queued at `now`: its client starts counting.
+    pub fn accepted(&mut self, i: usize, now: Nanos) {
+        let Some(t) = &self.traffic else { return };
+        if let Some(patience) = t.client(self.jobs[i].tenant).timeout_ns {
+            self.timeouts
+                .push(Reverse((now.saturating_add(patience), i)));
+        }
+    }
+
+    /// Attempt `i` was refused at `now`, told to wait `hint`: its client
+    /// sends it again later, or gives up.
+    pub fn refused(&mut self, i: usize, now: Nanos, hint: Option<Nanos>) {
+        self.follow_up(i, now, hint);
+    }
+
+    /// Attempt `i`'s client stopped waiting at `now`, its job not started.
+    pub fn abandoned(&mut self, i: usize, now: Nanos) {
+        self.follow_up(i, now, None);
+    }
+
+    fn follow_up(&mut self, i: usize, now: Nanos, hint: Option<Nanos>) {
+        let Some(t) = &mut self.traffic else { return };
+        let job = self.jobs[i];
+        let prev = i.checked_sub(self.n).map_or(0, |r| self.delay[r]);
+        let Some(delay) = t.retry_delay(job.tenant, u32::from(job.attempt), hint, prev) else {
+            return;
+        };
+        let at = now.saturating_add(delay);
+        self.retries.push(Reverse((at, self.jobs.len())));
+        self.jobs.push(job.retry(at));
+        self.delay.push(delay);
+        self.wire.push(0);
+    }
+}
