@@ -156,9 +156,10 @@ fn setup(con: &mut Connection, p: &str, queue: &str) -> Result<()> {
         .arg(-1)
         .query::<i64>(con)?;
     cmd("FCALL")
-        .arg("noisylab_lease")
+        .arg("noisylab_set")
         .arg(0)
         .arg(p)
+        .arg("lease")
         .arg(60_000_000)
         .query::<i64>(con)?;
     Ok(())

@@ -16,8 +16,10 @@ use std::collections::{BinaryHeap, HashMap};
 
 use anyhow::{Result, anyhow};
 
+use super::coordinator::Submit;
 use crate::engine::traffic::Traffic;
 use crate::engine::{JobRecord, Nanos, Pool};
+use crate::scenario::{Queue, Strategy};
 
 /// The number a server knows an attempt of planned job `origin` (of `n`)
 /// by, sent when `k` retries have been sent (itself too, if a retry);
@@ -56,17 +58,38 @@ pub struct Clients<'a> {
     by_wire: HashMap<u32, usize>,
     /// Retries sent so far.
     retries_sent: u32,
+    /// vtc's cost of each planned job, in Rust's shortest round-trip digits
+    /// (the server reads back the cost the in-process scheduler charges).
+    costs: Option<Vec<String>>,
+    /// Jobs are sent with their API key (two-level fairness).
+    keys: bool,
+    /// The scheduler's queues are API keys rather than tenants.
+    by_key: bool,
 }
 
 impl<'a> Clients<'a> {
-    /// The clients of a run of `plan` on `pool`, seeded as the engine's
-    /// run with `seed` is.
-    pub fn new(mut plan: Vec<JobRecord>, pool: &'a Pool, seed: u64) -> Clients<'a> {
+    /// The clients of a run of `plan` on `pool` under `strategy`, seeded
+    /// as the engine's run with `seed` is; with `keys`, each job is sent
+    /// with its API key.
+    pub fn new(
+        mut plan: Vec<JobRecord>,
+        pool: &'a Pool,
+        seed: u64,
+        strategy: &Strategy,
+        keys: bool,
+    ) -> Clients<'a> {
         for (i, j) in plan.iter_mut().enumerate() {
             j.origin = i as u32;
         }
         let plan_len = plan.len();
+        let costs = (strategy.queue == Queue::Vtc).then(|| {
+            let cost = |j: &JobRecord| strategy.job_cost(j.duration, j.tokens_in, j.tokens_out);
+            plan.iter().map(|j| cost(j).to_string()).collect()
+        });
         Clients {
+            costs,
+            keys,
+            by_key: pool.by_key,
             traffic: pool.traffic.as_deref().map(|p| Traffic::new(p, seed)),
             n: plan.len(),
             jobs: plan,
@@ -78,6 +101,11 @@ impl<'a> Clients<'a> {
             by_wire: HashMap::new(),
             retries_sent: 0,
         }
+    }
+
+    /// Whether jobs are sent with their API key.
+    pub fn keys(&self) -> bool {
+        self.keys
     }
 
     /// Whether any client stops waiting for a job that has not started.
@@ -153,6 +181,18 @@ impl<'a> Clients<'a> {
         self.wire[i] = id;
         self.by_wire.insert(id, i);
         Ok(id)
+    }
+
+    /// Attempt `i` as the server is sent it, once [`Clients::send`] gave
+    /// its number.
+    pub fn submit(&self, i: usize) -> Submit<'_> {
+        let j = &self.jobs[i];
+        Submit {
+            job: self.wire[i],
+            queue: j.queue(self.by_key),
+            cost: self.costs.as_ref().map(|c| c[j.origin as usize].as_str()),
+            key: self.keys.then_some(j.key),
+        }
     }
 
     /// Attempt `i`'s server number, once sent.

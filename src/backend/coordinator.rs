@@ -64,14 +64,19 @@ pub struct Setup<'a> {
     /// Clients may stop waiting for a job that has not started
     /// ([`Wire::abandon`]).
     pub watch: bool,
+    /// Two-level fairness: the discipline picks a tenant, its API keys
+    /// take turns within its turn ([`Submit::key`]).
+    pub keys: bool,
 }
 
-/// One job to submit: its number, its queue (tenant or key) and, with vtc,
-/// its cost in Rust's shortest round-trip digits.
+/// One job to submit: its number, its queue (tenant or key), with vtc its
+/// cost in Rust's shortest round-trip digits, and with key turns its API
+/// key.
 pub struct Submit<'a> {
     pub job: u32,
     pub queue: u32,
     pub cost: Option<&'a str>,
+    pub key: Option<u32>,
 }
 
 /// One instant in a job's life, on the server's clock.
@@ -111,6 +116,20 @@ pub enum Stamp {
         job: u32,
         us: u64,
     },
+}
+
+impl Stamp {
+    /// Which job, and when.
+    pub fn job_us(&self) -> (u32, u64) {
+        let (Stamp::Enqueued { job, us, .. }
+        | Stamp::Started { job, us }
+        | Stamp::Finished { job, us }
+        | Stamp::Refused { job, us }
+        | Stamp::Redelivered { job, us }
+        | Stamp::LateFinish { job, us }
+        | Stamp::Abandoned { job, us }) = *self;
+        (job, us)
+    }
 }
 
 /// What the server cost over one run.
@@ -367,6 +386,27 @@ impl<W: Wire> Coordinator<W> {
         Ok(())
     }
 
+    /// One run's queue, as the server is told it.
+    fn setup_for<'a>(
+        &self,
+        input: &RunInput<'a>,
+        clients: &Clients<'_>,
+        lease: Nanos,
+    ) -> Setup<'a> {
+        let s = input.strategy;
+        Setup {
+            strategy: s,
+            weights: match s.queue {
+                Queue::Vtc => input.scenario.population().queue_weights(s),
+                _ => Vec::new(),
+            },
+            durations: input.plan.iter().map(|j| j.duration).collect(),
+            lease_us: self.wire.leases().then_some(lease / 1_000),
+            watch: clients.watch(),
+            keys: clients.keys(),
+        }
+    }
+
     /// One run, set up as run number `run`.
     fn run_on(
         &mut self,
@@ -376,44 +416,18 @@ impl<W: Wire> Coordinator<W> {
     ) -> Result<RunRecord, RunError> {
         let s = input.strategy;
         let lease = lease_ns(&input);
-        let setup = Setup {
-            strategy: s,
-            weights: match s.queue {
-                Queue::Vtc => input.scenario.population().queue_weights(s),
-                _ => Vec::new(),
-            },
-            durations: input.plan.iter().map(|j| j.duration).collect(),
-            lease_us: self.wire.leases().then_some(lease / 1_000),
-            watch: false,
-        };
-        let mut clients = Clients::new(input.plan.clone(), input.pool, input.seed);
-        let setup = Setup {
-            watch: clients.watch(),
-            ..setup
-        };
+        let keys = s.queue != Queue::Fifo && input.scenario.population().turns_keys(s);
+        let mut clients = Clients::new(input.plan.clone(), input.pool, input.seed, s, keys);
+        let setup = self.setup_for(&input, &clients, lease);
         let kind = self.wire.kind();
         let failed = move |e| self_failed(kind, e);
         self.wire.setup(run, &setup).map_err(failed)?;
         self.start_run().map_err(failed)?;
         let before = self.wire.mark().map_err(failed)?;
         let t0_us = self.wire.now_us().map_err(failed)?;
-        // vtc's cost of each job, in Rust's shortest round-trip digits (the
-        // server reads back the cost the in-process scheduler charges),
-        // made before the first arrival rather than on its way.
-        let costs: Option<Vec<String>> = (s.queue == Queue::Vtc).then(|| {
-            let cost = |j: &JobRecord| s.job_cost(j.duration, j.tokens_in, j.tokens_out);
-            input.plan.iter().map(|j| cost(j).to_string()).collect()
-        });
         let origin = Instant::now();
         let mut faults = Injector::new(&input.scenario.fault, origin);
-        let submitted = self.submit_all(
-            &input,
-            &mut clients,
-            costs.as_deref(),
-            origin,
-            &mut faults,
-            stop,
-        )?;
+        let submitted = self.submit_all(&input, &mut clients, origin, &mut faults, stop)?;
         self.wait_end(&input, submitted.accepted, lease, &mut faults, stop)?;
         self.undo_faults(&mut faults).map_err(failed)?;
         let cost = self.wire.cost_since(before).map_err(failed)?;
@@ -470,15 +484,12 @@ impl<W: Wire> Coordinator<W> {
         &mut self,
         input: &RunInput<'_>,
         clients: &mut Clients<'_>,
-        costs: Option<&[String]>,
         origin: Instant,
         faults: &mut Injector,
         stop: &AtomicBool,
     ) -> Result<Submitted, RunError> {
         let kind = self.wire.kind();
         let failed = move |e| self_failed(kind, e);
-        let lab_now = || origin.elapsed().as_nanos() as Nanos;
-        let fixed = clients.fixed_retry_after();
         let mut out = Submitted {
             accepted: 0,
             rtt: new_histogram(),
@@ -497,49 +508,61 @@ impl<W: Wire> Coordinator<W> {
                 return Err(RunError::Interrupted);
             }
             match clients.due().expect("something is due").1 {
-                Due::Timeouts(due) => {
-                    let jobs: Vec<(u32, bool)> = due
-                        .iter()
-                        .map(|&i| (clients.wire_of(i), clients.cancels(i)))
-                        .collect();
-                    let waiting = self.wire.abandon(&jobs).map_err(failed)?;
-                    let now = lab_now();
-                    for (&i, _) in due.iter().zip(waiting).filter(|(_, w)| *w) {
-                        clients.abandoned(i, now);
-                    }
-                }
-                Due::Send(due) => {
-                    let mut batch = Vec::with_capacity(due.len());
-                    for &i in &due {
-                        let j = clients.jobs[i];
-                        batch.push(Submit {
-                            job: clients.send(i).map_err(failed)?,
-                            queue: j.queue(input.pool.by_key),
-                            cost: costs.map(|c| c[j.origin as usize].as_str()),
-                        });
-                    }
-                    let sent = Instant::now();
-                    let replies = self.wire.submit(&batch).map_err(failed)?;
-                    record(&mut out.rtt, sent.elapsed().as_nanos() as u64);
-                    let now = lab_now();
-                    for (&i, (ok, x)) in due.iter().zip(replies) {
-                        if ok {
-                            out.accepted += 1;
-                            clients.accepted(i, now);
-                            continue;
-                        }
-                        let tenant = clients.jobs[i].tenant;
-                        let hint = fixed.unwrap_or_else(|| {
-                            input.pool.retry_after_s(tenant, x as u32) * 1_000_000_000
-                        });
-                        out.retry_after_s_max =
-                            out.retry_after_s_max.max(hint.div_ceil(1_000_000_000));
-                        clients.refused(i, now, Some(hint));
-                    }
-                }
+                Due::Timeouts(due) => self.give_up(clients, &due, origin),
+                Due::Send(due) => self.send(input, clients, &due, origin, &mut out),
             }
+            .map_err(failed)?;
         }
         Ok(out)
+    }
+
+    /// The clients of `due` stop waiting: those whose job had not started
+    /// give up on it (and may send it again).
+    fn give_up(&mut self, clients: &mut Clients<'_>, due: &[usize], origin: Instant) -> Result<()> {
+        let jobs: Vec<(u32, bool)> = due
+            .iter()
+            .map(|&i| (clients.wire_of(i), clients.cancels(i)))
+            .collect();
+        let waiting = self.wire.abandon(&jobs)?;
+        let now = origin.elapsed().as_nanos() as Nanos;
+        for (&i, _) in due.iter().zip(waiting).filter(|(_, w)| *w) {
+            clients.abandoned(i, now);
+        }
+        Ok(())
+    }
+
+    /// Send the attempts `due` in one round trip; a refused one's client
+    /// is told the queue limit's retry-after.
+    fn send(
+        &mut self,
+        input: &RunInput<'_>,
+        clients: &mut Clients<'_>,
+        due: &[usize],
+        origin: Instant,
+        out: &mut Submitted,
+    ) -> Result<()> {
+        for &i in due {
+            clients.send(i)?;
+        }
+        let batch: Vec<Submit<'_>> = due.iter().map(|&i| clients.submit(i)).collect();
+        let sent = Instant::now();
+        let replies = self.wire.submit(&batch)?;
+        record(&mut out.rtt, sent.elapsed().as_nanos() as u64);
+        let now = origin.elapsed().as_nanos() as Nanos;
+        let fixed = clients.fixed_retry_after();
+        for (&i, (ok, x)) in due.iter().zip(replies) {
+            if ok {
+                out.accepted += 1;
+                clients.accepted(i, now);
+                continue;
+            }
+            let tenant = clients.jobs[i].tenant;
+            let hint =
+                fixed.unwrap_or_else(|| input.pool.retry_after_s(tenant, x as u32) * 1_000_000_000);
+            out.retry_after_s_max = out.retry_after_s_max.max(hint.div_ceil(1_000_000_000));
+            clients.refused(i, now, Some(hint));
+        }
+        Ok(())
     }
 
     /// Until every accepted job has finished; fails on a worker process that
@@ -735,13 +758,7 @@ pub fn records(
     let mut redelivered = Vec::new();
     let mut end: Nanos = 0;
     for stamp in stamps {
-        let (Stamp::Enqueued { job, us, .. }
-        | Stamp::Started { job, us }
-        | Stamp::Finished { job, us }
-        | Stamp::Refused { job, us }
-        | Stamp::Redelivered { job, us }
-        | Stamp::LateFinish { job, us }
-        | Stamp::Abandoned { job, us }) = *stamp;
+        let (job, us) = stamp.job_us();
         let at: Nanos = us.saturating_sub(t0_us) * 1_000;
         let i = index(job)
             .filter(|&i| i < jobs.len())

@@ -286,10 +286,11 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
     }
     let population = s.population();
     for (i, strategy) in s.strategy.iter().enumerate() {
-        if population.turns_keys(strategy) {
+        if population.turns_keys(strategy) && server.server != ServerKind::Redis {
             anyhow::bail!(
                 "strategy[{i}] ({:?}): fair_by = \"tenant\" over tenants split into API keys (keys \
-                 within a tenant's turn) is not carried by the {name} backend yet; fair_by = \"key\" is",
+                 within a tenant's turn) is not carried by the {name} backend yet (fair_by = \"key\" is; \
+                 both are on Redis)",
                 strategy.name
             );
         }

@@ -319,8 +319,11 @@ impl Tenants {
             capped.remove(&(old, tenant));
         }
         if running >= cap {
+            // By its next job: this one (with key turns, its key's turn may
+            // come later).
+            let head = self.head(tenant);
             if let Some(capped) = &mut self.capped {
-                capped.insert((job, tenant));
+                capped.insert((head, tenant));
             }
             return Back::Capped;
         }

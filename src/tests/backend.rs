@@ -29,7 +29,7 @@ use noisylab::backend::redis::server::{self, OwnedServer};
 use noisylab::backend::{Backend, RunInput, ServerKind, ServerPlan, Target};
 use noisylab::engine::{Fate, JobRecord, NEVER, stats_from_records};
 use noisylab::lab;
-use noisylab::scenario::{Queue, Scenario, Strategy as Def};
+use noisylab::scenario::{FairBy, Queue, Scenario, Strategy as Def};
 use noisylab::sched::{AnyScheduler, Scheduler};
 use proptest::prelude::*;
 
@@ -111,8 +111,9 @@ fn functions(url: &str) -> redis::Connection {
 /// One step of the equivalence test.
 #[derive(Debug, Clone)]
 enum Op {
-    /// Push a job of this tenant.
-    Push(u32),
+    /// Push a job of this tenant, with its API key number this (of 3,
+    /// where the discipline turns keys).
+    Push(u32, u32),
     /// Take, with this many workers idle (lending asks the rest).
     Take(u32),
     /// Finish the running job at this index (modulo those running).
@@ -125,7 +126,7 @@ enum Op {
 fn ops(leases: bool) -> impl Strategy<Value = Vec<Op>> {
     let op = if leases {
         prop_oneof![
-            4 => (0u32..5).prop_map(Op::Push),
+            4 => (0u32..5, 0u32..3).prop_map(|(t, k)| Op::Push(t, k)),
             3 => (1u32..8).prop_map(Op::Take),
             2 => any::<usize>().prop_map(Op::Finish),
             1 => any::<usize>().prop_map(Op::Back),
@@ -133,7 +134,7 @@ fn ops(leases: bool) -> impl Strategy<Value = Vec<Op>> {
         .boxed()
     } else {
         prop_oneof![
-            4 => (0u32..5).prop_map(Op::Push),
+            4 => (0u32..5, 0u32..3).prop_map(|(t, k)| Op::Push(t, k)),
             3 => (1u32..8).prop_map(Op::Take),
             2 => any::<usize>().prop_map(Op::Finish),
         ]
@@ -142,7 +143,9 @@ fn ops(leases: bool) -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op, 1..120)
 }
 
-fn discipline() -> impl Strategy<Value = Discipline> {
+/// A discipline; with `keys`, fair and vtc turn each tenant's API keys in
+/// half the cases.
+fn discipline(keys: bool) -> impl Strategy<Value = Discipline> {
     (
         prop_oneof![Just(Queue::Fifo), Just(Queue::Fair), Just(Queue::Vtc)],
         prop::option::of(1u32..4),
@@ -156,15 +159,19 @@ fn discipline() -> impl Strategy<Value = Discipline> {
             5,
         ),
         prop::collection::vec(prop_oneof![Just(1.0), 0.01f64..50.0], 120),
+        any::<bool>(),
     )
-        .prop_map(|(queue, cap, limit, reserve, weights, costs)| Discipline {
-            queue,
-            cap,
-            limit,
-            reserve: cap.and(reserve),
-            weights,
-            costs,
-        })
+        .prop_map(
+            move |(queue, cap, limit, reserve, weights, costs, turn)| Discipline {
+                queue,
+                cap,
+                limit,
+                reserve: cap.and(reserve),
+                weights,
+                costs,
+                keys: keys && turn && queue != Queue::Fifo,
+            },
+        )
 }
 
 /// The parts of a strategy the Redis functions carry; vtc's weights by
@@ -177,6 +184,8 @@ struct Discipline {
     reserve: Option<u32>,
     weights: Vec<f64>,
     costs: Vec<f64>,
+    /// Two-level: each tenant's API keys take turns within its turn.
+    keys: bool,
 }
 
 fn strategy_of(d: &Discipline) -> Def {
@@ -193,8 +202,9 @@ fn strategy_of(d: &Discipline) -> Def {
 trait Functions {
     /// A new queue of discipline `d` for case number `case`.
     fn setup(&mut self, case: u32, d: &Discipline);
-    /// `Err(waiting)`: refused by the limit.
-    fn push(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32>;
+    /// `Err(waiting)`: refused by the limit. `key`: the job's API key, where
+    /// the discipline turns keys.
+    fn push(&mut self, job: u32, tenant: u32, cost: f64, key: Option<u32>) -> Result<(), u32>;
     /// (tenant, job) with `idle` workers idle, or none.
     fn pop(&mut self, idle: u32) -> Option<(u32, u32)>;
     fn done(&mut self, tenant: u32);
@@ -225,9 +235,19 @@ impl Functions for RedisFunctions {
             setup.arg(t).arg(w.to_string());
         }
         setup.query::<i64>(&mut self.0).unwrap();
+        if d.keys {
+            redis::cmd("FCALL")
+                .arg("noisylab_set")
+                .arg(0)
+                .arg(&self.1)
+                .arg("keys")
+                .arg(1)
+                .query::<i64>(&mut self.0)
+                .unwrap();
+        }
     }
 
-    fn push(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32> {
+    fn push(&mut self, job: u32, tenant: u32, cost: f64, key: Option<u32>) -> Result<(), u32> {
         let (ok, waiting): (i64, i64) = redis::cmd("FCALL")
             .arg("noisylab_push")
             .arg(0)
@@ -235,6 +255,7 @@ impl Functions for RedisFunctions {
             .arg(job)
             .arg(tenant)
             .arg(cost.to_string())
+            .arg(key)
             .query(&mut self.0)
             .unwrap();
         if ok == 1 { Ok(()) } else { Err(waiting as u32) }
@@ -279,14 +300,22 @@ impl Functions for RedisFunctions {
 fn same_jobs(server: &mut impl Functions, case: u32, d: &Discipline, ops: &[Op]) -> usize {
     let strategy = strategy_of(d);
     let mut reference = AnyScheduler::new(&strategy, d.weights.clone(), || d.costs.clone());
+    if d.keys {
+        reference.turn_keys(Vec::new());
+    }
     server.setup(case, d);
     let (mut next_job, mut running) = (0u32, Vec::<(u32, u32)>::new());
     let mut backs = 0;
     for (k, op) in ops.iter().enumerate() {
         match *op {
-            Op::Push(t) => {
+            Op::Push(t, k) => {
+                let cost = d.costs[next_job as usize];
+                let key = d.keys.then_some(t * 3 + k);
+                if let Some(key) = key {
+                    reference.note(next_job, cost, key);
+                }
                 let want = reference.push(t, next_job).map_err(|r| r.waiting);
-                let got = server.push(next_job, t, d.costs[next_job as usize]);
+                let got = server.push(next_job, t, cost, key);
                 assert_eq!(got, want, "op {k} {op:?} of {ops:?}");
                 next_job += 1;
             }
@@ -320,9 +349,11 @@ fn same_jobs(server: &mut impl Functions, case: u32, d: &Discipline, ops: &[Op])
 }
 
 /// `cases` random disciplines and operation sequences, each on a fresh
-/// queue of `server`'s; vtc drawn in at least a fifth.
-fn equivalence(cases: u32, server: &mut impl Functions, leases: bool) {
+/// queue of `server`'s; vtc drawn in at least a fifth, and with `keys` fair
+/// or vtc turning API keys in at least a fifth.
+fn equivalence(cases: u32, server: &mut impl Functions, leases: bool, keys: bool) {
     let (case, vtc_cases) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
+    let key_cases = std::cell::Cell::new(0u32);
     let backs = std::cell::Cell::new(0usize);
     let server = std::cell::RefCell::new(server);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
@@ -331,12 +362,13 @@ fn equivalence(cases: u32, server: &mut impl Functions, leases: bool) {
         ..ProptestConfig::default()
     });
     runner
-        .run(&(discipline(), ops(leases)), |(d, ops)| {
+        .run(&(discipline(keys), ops(leases)), |(d, ops)| {
             case.set(case.get() + 1);
             backs.set(backs.get() + same_jobs(*server.borrow_mut(), case.get(), &d, &ops));
             if d.queue == Queue::Vtc {
                 vtc_cases.set(vtc_cases.get() + 1);
             }
+            key_cases.set(key_cases.get() + u32::from(d.keys));
             Ok(())
         })
         .unwrap();
@@ -353,6 +385,13 @@ fn equivalence(cases: u32, server: &mut impl Functions, leases: bool) {
         "vtc drawn: {}",
         vtc_cases.get()
     );
+    if keys {
+        assert!(
+            key_cases.get() >= cases / 5,
+            "key turns drawn: {}",
+            key_cases.get()
+        );
+    }
 }
 
 #[test]
@@ -360,7 +399,7 @@ fn the_redis_functions_take_the_same_jobs_as_the_in_process_schedulers() {
     let _turn = one_at_a_time();
     let Some(server) = server() else { return };
     let con = functions(&server.url);
-    equivalence(256, &mut RedisFunctions(con, String::new()), true);
+    equivalence(256, &mut RedisFunctions(con, String::new()), true, true);
 }
 
 fn server_plan(server: ServerKind, target: Target, processes: Option<u32>) -> ServerPlan {
@@ -392,8 +431,11 @@ fn check_stamps(s: &Scenario, strategy: &Def, jobs: &[JobRecord], redelivered: &
     };
     let mut events = Vec::new();
     // (enqueued, started, queue) of every job that ran and was never
-    // handed back: a queue's own jobs start in the order they came.
+    // handed back: a queue's own jobs start in the order they came (with
+    // key turns, a key's own).
     let mut order = Vec::new();
+    let turns = population.turns_keys(strategy) && strategy.queue != Queue::Fifo;
+    let order_queues = if turns { population.keys() } else { queues };
     for (i, j) in jobs.iter().enumerate() {
         assert_ne!(
             j.enqueued, NEVER,
@@ -410,7 +452,7 @@ fn check_stamps(s: &Scenario, strategy: &Def, jobs: &[JobRecord], redelivered: &
                 );
                 let q = j.queue(by_key);
                 if !redelivered.contains(&(i as u32)) {
-                    order.push((j.enqueued, j.started, q));
+                    order.push((j.enqueued, j.started, if turns { j.key } else { q }));
                 }
                 events.push((j.started, 1i32, q));
                 events.push((j.finished, -1, q));
@@ -424,7 +466,7 @@ fn check_stamps(s: &Scenario, strategy: &Def, jobs: &[JobRecord], redelivered: &
         }
     }
     order.sort();
-    let mut last_start = vec![0u64; queues];
+    let mut last_start = vec![0u64; order_queues];
     // Without a cap, fifo starts every job in the order they came.
     let one_line = strategy.queue == Queue::Fifo && strategy.cap.is_none();
     let mut last = 0;
@@ -452,16 +494,18 @@ fn a_lab_on_redis_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
     let Some(_gate) = server() else { return };
     drop(_gate); // only the check; the backend starts its own
     let mut backend = redis_backend::start(&redis_plan(Target::Own, Some(2)), 4).unwrap();
-    lab_loses_nothing(&mut backend);
+    lab_loses_nothing(&mut backend, true);
     let pid = backend.wire.own_server_pid().unwrap();
     drop(backend);
     assert!(!alive(pid), "the server stops with its lab");
 }
 
 /// The smoke lab (4 workers), with a capped fifo with a limit, a capped
-/// vtc that lends, and a fair queue over a noisy tenant's 8 keys, on
-/// `backend`: nothing lost, every cap kept, by the server's stamps.
-fn lab_loses_nothing(backend: &mut dyn Backend) {
+/// vtc that lends, and a fair queue over a noisy tenant's 8 keys (and, with
+/// `two_level`, a capped fair queue and a capped vtc over tenants whose keys
+/// take turns), on `backend`: nothing lost, every cap kept, every queue's
+/// order, by the server's stamps.
+fn lab_loses_nothing(backend: &mut dyn Backend, two_level: bool) {
     let mut s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
     s.strategy.push(strategy_of(&Discipline {
         queue: Queue::Fifo,
@@ -470,6 +514,7 @@ fn lab_loses_nothing(backend: &mut dyn Backend) {
         reserve: None,
         weights: Vec::new(),
         costs: Vec::new(),
+        keys: false,
     }));
     s.strategy.push(strategy_of(&Discipline {
         queue: Queue::Vtc,
@@ -478,13 +523,22 @@ fn lab_loses_nothing(backend: &mut dyn Backend) {
         reserve: Some(1),
         weights: Vec::new(),
         costs: Vec::new(),
+        keys: false,
     }));
     // The noisy tenant split over 8 API keys, each a queue of its own: a
     // fair queue over keys with a cap of 1 a key.
-    let keyed = std::fs::read_to_string("lab/smoke.toml")
+    let mut keyed = std::fs::read_to_string("lab/smoke.toml")
         .unwrap()
         .replace("jobs = 40", "jobs = 40\nkeys = 8")
         + "\n[[strategy]]\nname = \"Fair over keys, cap 1\"\nqueue = \"fair\"\nfair_by = \"key\"\ncap = 1\n";
+    if two_level {
+        for queue in ["fair", "vtc"] {
+            keyed += &format!(
+                "\n[[strategy]]\nname = \"{queue} over tenants, keys in turn, cap 2\"\n\
+                 queue = \"{queue}\"\nfair_by = \"tenant\"\ncap = 2\n"
+            );
+        }
+    }
     let keyed = Scenario::parse(Path::new("keyed.toml"), &keyed).unwrap();
     assert_eq!(s.workers, 4);
     let never = AtomicBool::new(false);
@@ -512,7 +566,7 @@ fn lab_loses_nothing(backend: &mut dyn Backend) {
         if def.limit.is_some() {
             assert!(tally.rejected > 0, "the limit of 5 refuses some of 40");
         }
-        if def.fair_by.is_some() {
+        if def.fair_by == Some(FairBy::Key) {
             // Its keys ran side by side, one each: the server saw the keys.
             assert!(
                 most_at_once(&record.jobs) > 1,
@@ -633,10 +687,10 @@ fn faults_a_user_meets_first_end_in_one_line() {
     // What the functions do not carry yet, before anything starts.
     one_line(
         &noisylab(
-            &["run", "lab/sybil.toml", "--backend", "redis", "-q"],
+            &["run", "lab/layers.toml", "--backend", "redis", "-q"],
             Path::new("."),
         ),
-        "not carried by the Redis backend yet",
+        "rate limits, budgets and the provider's limits are not carried by the Redis backend yet",
     );
     one_line(
         &noisylab(

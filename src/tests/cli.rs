@@ -104,6 +104,16 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
         ],
         "[[fault]] is not carried by the PostgreSQL backend yet",
     );
+    // What the SQL functions do not carry yet (the Redis functions do).
+    assert_bad_input(
+        &["run", "lab/sybil.toml", "--backend", "postgres"],
+        "strategy[2] (\"Fair queue over tenants\"): fair_by = \"tenant\" over tenants split into API keys",
+    );
+    assert_bad_input(
+        &["run", "lab/retry-storm.toml", "--backend", "postgres"],
+        "strategy[1] (\"Retry after 1 s, no jitter\"): retrying clients, clients that stop waiting and \
+         fixed retry-afters are not carried by the PostgreSQL backend yet",
+    );
     assert_bad_input(
         &[
             "run",

@@ -105,7 +105,7 @@ impl RedisWire {
     }
 
     /// Function `name` on the run's queue, with `args` after its prefix.
-    fn fcall(&mut self, name: &str, args: &[u64]) -> Result<i64> {
+    fn fcall(&mut self, name: &str, args: &[&str]) -> Result<i64> {
         Ok(cmd("FCALL")
             .arg(name)
             .arg(0)
@@ -185,10 +185,13 @@ impl Wire for RedisWire {
         }
         call.query::<i64>(&mut self.con)?;
         if let Some(us) = setup.lease_us {
-            self.fcall("noisylab_lease", &[us])?;
+            self.fcall("noisylab_set", &["lease", &us.to_string()])?;
         }
         if setup.watch {
-            self.fcall("noisylab_watch", &[])?;
+            self.fcall("noisylab_set", &["watch", "1"])?;
+        }
+        if setup.keys {
+            self.fcall("noisylab_set", &["keys", "1"])?;
         }
         let durations: Vec<String> = setup.durations.iter().map(u64::to_string).collect();
         cmd("SET")
@@ -238,9 +241,12 @@ impl Wire for RedisWire {
                 .arg(&self.p)
                 .arg(j.job)
                 .arg(j.queue);
-            if let Some(cost) = j.cost {
-                call.arg(cost);
-            }
+            match (j.cost, j.key) {
+                (Some(cost), key) => call.arg(cost).arg(key),
+                // fair ignores a cost: any stands in before the key
+                (None, Some(key)) => call.arg(1).arg(key),
+                (None, None) => call,
+            };
         }
         let replies: Vec<(i64, i64)> = pipe.query(&mut self.con)?;
         Ok(replies.into_iter().map(|(ok, x)| (ok == 1, x)).collect())

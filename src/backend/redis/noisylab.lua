@@ -11,15 +11,21 @@
 -- BLPOP P.."wake" and FCALL noisylab_take 0 P 1), which hands it
 -- "job tenant lease", run the job, FCALL noisylab_finish 0 P job tenant
 -- lease, which hands back the next job. A submitter calls FCALL
--- noisylab_submit 0 P job tenant [cost].
+-- noisylab_submit 0 P job tenant [cost [key]].
 --
--- Clients that stop waiting (after FCALL noisylab_watch 0 P): a client
+-- Settings after setup (FCALL noisylab_set 0 P name value): lease
+-- (microseconds, below), watch (1, below), keys (1: two-level fairness,
+-- fair and vtc: the discipline picks a tenant, and within its turn the
+-- tenant's API keys take turns, one job each; a submit then names the
+-- job's key).
+--
+-- Clients that stop waiting (after setting watch): a client
 -- whose job has not started when its patience runs out calls FCALL
 -- noisylab_abandon 0 P job cancel: 1 if the job was still waiting (with
 -- cancel = 1 it is dropped at its turn, without a worker; else it still
 -- runs, unread), 0 if it had started.
 --
--- Leases (after FCALL noisylab_lease 0 P microseconds): a take leases the
+-- Leases (after setting lease): a take leases the
 -- job to its worker until the server's clock passes the lease; a worker
 -- holding a job longer renews it (FCALL noisylab_renew 0 P job tenant
 -- lease). Every call first hands expired leases' jobs back to the front of
@@ -35,8 +41,12 @@
 --   P.."cfg"      hash   queue = fifo | fair | vtc | halt, cap, limit, reserve
 --                        (-1: no lending), expect (jobs accepted in all),
 --                        lease (microseconds; absent: no leases), watch
---                        (1: clients may stop waiting)
---   P.."q:"..t    list   tenant t's waiting jobs, oldest first
+--                        (1: clients may stop waiting), keys (1: key turns)
+--   P.."q:"..t    list   tenant t's waiting jobs, oldest first; with keys:
+--   P.."k:"..k    list   API key k's waiting jobs, oldest first
+--   P.."kt:"..t   list   tenant t's keys with work, the next to serve first
+--   P.."kw"       hash   tenant -> its waiting jobs, all keys together
+--   P.."jk"       hash   job -> its key, until it finishes
 --   P.."run"      hash   with a cap: tenant -> its jobs running now
 --   P.."queued"   string jobs waiting, all tenants
 --   P.."ready"    zset   fifo: tenants below their cap with work, scored by
@@ -96,13 +106,13 @@ local function cfg(P)
   local c = settings[P]
   if c then return c end
   local v = redis.call('HMGET', P .. 'cfg', 'queue', 'cap', 'limit', 'reserve', 'expect', 'lease',
-    'watch')
+    'watch', 'keys')
   if not v[1] then
     error('noisylab: no queue under prefix ' .. P)
   end
   c = { queue = v[1], cap = tonumber(v[2]), limit = tonumber(v[3]),
         reserve = tonumber(v[4]), expect = tonumber(v[5]), lease = tonumber(v[6]),
-        watch = v[7] == '1' }
+        watch = v[7] == '1', keys = v[8] == '1' }
   settings[P] = c
   return c
 end
@@ -141,10 +151,71 @@ local function runnable(P, c, w0, r0, w1, r1)
   if delta ~= 0 then redis.call('INCRBY', P .. 'runnable', delta) end
 end
 
-local function head(P, t)
-  local h = redis.call('LINDEX', P .. 'q:' .. t, 0)
+-- A tenant's waiting jobs: its list, or with keys its keys' lists in
+-- turn. These five are all that touch them.
+
+-- Its next job: its oldest, or with keys the oldest of the key whose turn
+-- it is.
+local function head(P, c, t)
+  local q = P .. 'q:' .. t
+  if c.keys then
+    local k = redis.call('LINDEX', P .. 'kt:' .. t, 0)
+    if not k then return nil end
+    q = P .. 'k:' .. k
+  end
+  local h = redis.call('LINDEX', q, 0)
   if h then return tonumber(h) end
   return nil
+end
+
+local function waiting(P, c, t)
+  if c.keys then return tonumber(redis.call('HGET', P .. 'kw', t) or 0) end
+  return redis.call('LLEN', P .. 'q:' .. t)
+end
+
+-- Append `job` (of API key `key`) unless the tenant has `limit` waiting:
+-- returns how many it had.
+local function append(P, c, t, job, key)
+  if not c.keys then
+    local q = P .. 'q:' .. t
+    local w = redis.call('RPUSH', q, job) - 1
+    if w >= c.limit then redis.call('RPOP', q) end
+    return w
+  end
+  local w = waiting(P, c, t)
+  if w >= c.limit then return w end
+  if redis.call('RPUSH', P .. 'k:' .. key, job) == 1 then
+    redis.call('RPUSH', P .. 'kt:' .. t, key) -- a key with work joins the back
+  end
+  redis.call('HSET', P .. 'jk', job, key)
+  redis.call('HINCRBY', P .. 'kw', t, 1)
+  return w
+end
+
+-- Take the tenant's next job off its queue.
+local function pop(P, c, t)
+  if not c.keys then return tonumber(redis.call('LPOP', P .. 'q:' .. t)) end
+  local turns = P .. 'kt:' .. t
+  local k = redis.call('LPOP', turns)
+  local q = P .. 'k:' .. k
+  local job = redis.call('LPOP', q)
+  if redis.call('LLEN', q) > 0 then redis.call('RPUSH', turns, k) end
+  redis.call('HINCRBY', P .. 'kw', t, -1)
+  return tonumber(job)
+end
+
+-- `job` first of the tenant's waiting jobs again (with keys, first of its
+-- key's, and its key first of the turns if it had no work).
+local function push_front(P, c, t, job)
+  if not c.keys then
+    redis.call('LPUSH', P .. 'q:' .. t, job)
+    return
+  end
+  local k = redis.call('HGET', P .. 'jk', job)
+  if redis.call('LPUSH', P .. 'k:' .. k, job) == 1 then
+    redis.call('LPUSH', P .. 'kt:' .. t, k)
+  end
+  redis.call('HINCRBY', P .. 'kw', t, 1)
 end
 
 -- vtc: a tenant's member in the counters' sorted sets, and its counter.
@@ -206,13 +277,9 @@ end
 
 -- Queue a job (of `cost`, for vtc), or refuse it when its tenant has
 -- `limit` waiting. Returns true, or false and the tenant's waiting count.
-local function push(P, c, t, job, cost)
-  local q = P .. 'q:' .. t
-  local waiting = redis.call('RPUSH', q, job) - 1
-  if waiting >= c.limit then
-    redis.call('RPOP', q)
-    return false, waiting
-  end
+local function push(P, c, t, job, cost, key)
+  local waiting = append(P, c, t, job, key)
+  if waiting >= c.limit then return false, waiting end
   redis.call('INCR', P .. 'queued')
   if c.watch then redis.call('HSET', P .. 'wait', job, 1) end
   if c.queue == 'vtc' then
@@ -236,16 +303,15 @@ local function push(P, c, t, job, cost)
   return true
 end
 
--- Pop the tenant's oldest job and, with a cap, count it running.
+-- Pop the tenant's next job and, with a cap, count it running.
 local function start(P, c, t)
-  local q = P .. 'q:' .. t
-  local job = tonumber(redis.call('LPOP', q))
+  local job = pop(P, c, t)
   redis.call('DECR', P .. 'queued')
   local r = 0
-  local h = head(P, t)
+  local h = head(P, c, t)
   if c.cap ~= NO_CAP then
     r = redis.call('HINCRBY', P .. 'run', t, 1)
-    local w = redis.call('LLEN', q)
+    local w = waiting(P, c, t)
     runnable(P, c, w + 1, r - 1, w, r)
   end
   return job, r, h
@@ -315,11 +381,11 @@ local function finished(P, c, t)
   if c.cap == NO_CAP then return end -- nothing counted without a cap
   local r = redis.call('HINCRBY', P .. 'run', t, -1)
   if c.cap - r <= 0 then return end -- still at (lent, over) its cap
-  local w = redis.call('LLEN', P .. 'q:' .. t)
+  local w = waiting(P, c, t)
   runnable(P, c, w, r + 1, w, r)
   if r + 1 ~= c.cap or w == 0 then return end
   if c.reserve >= 0 then redis.call('ZREM', P .. 'capped', t) end
-  ready(P, c, t, head(P, t))
+  ready(P, c, t, head(P, c, t))
 end
 
 -- vtc: tenant t's counter given back the charge of `job`, which did not
@@ -344,10 +410,9 @@ end
 -- and does not lift the counter (the tenant is chosen again at the counter
 -- it was chosen at).
 local function requeue(P, c, t, job)
-  local q = P .. 'q:' .. t
-  local w = redis.call('LLEN', q) -- waiting before
+  local w = waiting(P, c, t) -- before
   if c.queue == 'vtc' then refund(P, t, job) end
-  redis.call('LPUSH', q, job)
+  push_front(P, c, t, job)
   redis.call('INCR', P .. 'queued')
   if c.queue == 'vtc' and w == 0 then
     -- back with work, unlifted: chosen again first, at the counter it had
@@ -358,22 +423,24 @@ local function requeue(P, c, t, job)
     r = redis.call('HINCRBY', P .. 'run', t, -1)
     runnable(P, c, w, r + 1, w + 1, r)
   end
+  -- its next job: this one (with keys, its key's turn may come later)
+  local h = head(P, c, t)
   if w == 0 or (r < c.cap and r + 1 >= c.cap) then
     -- it was in no turn: nothing waiting, or at its cap and now below
     if c.reserve >= 0 and w > 0 then redis.call('ZREM', P .. 'capped', t) end
     if r >= c.cap then
-      if c.reserve >= 0 then redis.call('ZADD', P .. 'capped', job, t) end
+      if c.reserve >= 0 then redis.call('ZADD', P .. 'capped', h, t) end
     elseif c.queue == 'fair' and w == 0 then
       redis.call('RPUSH', P .. 'fresh', t)
     else
-      ready(P, c, t, job)
+      ready(P, c, t, h)
     end
   else
-    -- already in its turn (or still at its cap): its oldest job is this one
+    -- already in its turn (or still at its cap), by its next job
     if c.queue == 'fifo' and r < c.cap then
-      redis.call('ZADD', P .. 'ready', 'XX', job, t)
+      redis.call('ZADD', P .. 'ready', 'XX', h, t)
     elseif c.reserve >= 0 and r >= c.cap then
-      redis.call('ZADD', P .. 'capped', 'XX', job, t)
+      redis.call('ZADD', P .. 'capped', 'XX', h, t)
     end
   end
 end
@@ -410,6 +477,7 @@ local function dropped(P, c, t, job)
   if v ~= 'c' then return false end
   finished(P, c, t)
   if c.queue == 'vtc' then redis.call('HDEL', P .. 'cost', job) end
+  if c.keys then redis.call('HDEL', P .. 'jk', job) end
   ended(P, c)
   return true
 end
@@ -481,15 +549,16 @@ local function setup(_, args)
   return 1
 end
 
--- submit(P, job, tenant [, cost]): {1, woke} (woke: 1 if an idle worker
--- was woken for it) or {0, waiting} (refused by the queue limit). vtc
--- charges `cost` (default 1) when the job starts.
+-- submit(P, job, tenant [, cost [, key]]): {1, woke} (woke: 1 if an idle
+-- worker was woken for it) or {0, waiting} (refused by the queue limit).
+-- vtc charges `cost` (default 1) when the job starts; with keys, `key` is
+-- the job's API key (any cost: fair ignores it).
 local function submit(_, args)
   local P, job, t = args[1], tonumber(args[2]), args[3]
   local c = cfg(P)
   local stamp, now = clock()
   reap(P, c, stamp, now)
-  local ok, waiting = push(P, c, t, job, args[4])
+  local ok, waiting = push(P, c, t, job, args[4], args[5])
   if not ok then
     redis.call('RPUSH', P .. 'log', entry('r', job, stamp))
     return { 0, waiting }
@@ -536,6 +605,7 @@ local function finish(_, args)
   if held then
     finished(P, c, t)
     if c.queue == 'vtc' then redis.call('HDEL', P .. 'cost', job) end
+    if c.keys then redis.call('HDEL', P .. 'jk', job) end
   end
   local started, next = hand_out(P, c, stamp, now)
   if mark then redis.call('RPUSH', P .. 'log', entry(mark, job, stamp)) end
@@ -557,15 +627,6 @@ local function renew(_, args)
     leased(args[2], args[3], args[4]))
 end
 
--- watch(P): clients may stop waiting for a job that has not started
--- (noisylab_abandon); its queue keeps track of the jobs still waiting.
-local function set_watch(_, args)
-  local P = args[1]
-  redis.call('HSET', P .. 'cfg', 'watch', 1)
-  settings[P] = nil
-  return 1
-end
-
 -- abandon(P, job, cancel): the job's client stopped waiting. 1 if the job
 -- had not started (logged "a"; with cancel = 1 it is dropped at its turn,
 -- else it still runs), 0 if it had.
@@ -584,10 +645,19 @@ local function abandon(_, args)
   return 1
 end
 
--- lease(P, microseconds): takes lease their jobs from now on.
-local function set_lease(_, args)
-  local P = args[1]
-  redis.call('HSET', P .. 'cfg', 'lease', tonumber(args[2]))
+-- set(P, name, value): a setting after setup: lease (microseconds: takes
+-- lease their jobs from now on), watch (1: clients may stop waiting for a
+-- job that has not started; the queue keeps track of the jobs still
+-- waiting), keys (1: a tenant's API keys take turns within its turn).
+local SETTINGS = { lease = true, watch = true, keys = true }
+
+local function set(_, args)
+  local P, name = args[1], args[2]
+  if not SETTINGS[name] then
+    return redis.error_reply('noisylab: no setting ' .. tostring(name) .. '; allowed: lease, watch, keys')
+  end
+  cfg(P) -- the queue must exist
+  redis.call('HSET', P .. 'cfg', name, tonumber(args[3]))
   settings[P] = nil
   return 1
 end
@@ -628,11 +698,11 @@ local function forget(_, args)
 end
 
 -- The scheduler alone, for the equivalence tests: push(P, job, tenant
--- [, cost]) as submit without the wake; pop(P, idle) -> {tenant, job} or nil;
+-- [, cost [, key]]) as submit without the wake; pop(P, idle) -> {tenant, job} or nil;
 -- done(P, tenant) as a finish; back(P, tenant, job) as a lease running out.
 local function push_only(_, args)
   local P = args[1]
-  local ok, waiting = push(P, cfg(P), args[3], tonumber(args[2]), args[4])
+  local ok, waiting = push(P, cfg(P), args[3], tonumber(args[2]), args[4], args[5])
   if ok then return { 1, 0 } end
   return { 0, waiting }
 end
@@ -664,8 +734,7 @@ redis.register_function('noisylab_take', take_job)
 redis.register_function('noisylab_finish', finish)
 redis.register_function('noisylab_expect', expect)
 redis.register_function('noisylab_renew', renew)
-redis.register_function('noisylab_lease', set_lease)
-redis.register_function('noisylab_watch', set_watch)
+redis.register_function('noisylab_set', set)
 redis.register_function('noisylab_abandon', abandon)
 redis.register_function('noisylab_reap', reap_now)
 redis.register_function('noisylab_halt', halt)

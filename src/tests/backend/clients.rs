@@ -30,7 +30,7 @@ fn a_client_gives_up_only_on_a_waiting_job_and_a_cancelled_one_is_dropped_at_its
         let p = format!("clients:{queue}:");
         // Tenant 1 with a cap of 1; its clients may stop waiting.
         let _: i64 = fcall(&mut con, "noisylab_setup", &[&p, queue, "1", "-1", "-1"]);
-        let _: i64 = fcall(&mut con, "noisylab_watch", &[&p]);
+        let _: i64 = fcall(&mut con, "noisylab_set", &[&p, "watch", "1"]);
         for job in ["0", "1", "2"] {
             let _: (i64, i64) = fcall(&mut con, "noisylab_submit", &[&p, job, "1", "1"]);
         }

@@ -60,7 +60,7 @@ fn a_lease_that_runs_out_hands_the_job_back_and_fences_the_late_finish() {
         let p = format!("lease:{queue}:");
         // Tenant 1, a cap of 1, a lease of 50 ms; two jobs.
         let _: i64 = fcall(&mut con, "noisylab_setup", &[&p, queue, "1", "-1", "-1"]);
-        let _: i64 = fcall(&mut con, "noisylab_lease", &[&p, "50000"]);
+        let _: i64 = fcall(&mut con, "noisylab_set", &[&p, "lease", "50000"]);
         let _: (i64, i64) = fcall(&mut con, "noisylab_submit", &[&p, "0", "1", "1"]);
         let _: (i64, i64) = fcall(&mut con, "noisylab_submit", &[&p, "1", "1", "1"]);
         let _: i64 = fcall(&mut con, "noisylab_expect", &[&p, "2"]);

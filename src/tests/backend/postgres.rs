@@ -64,7 +64,8 @@ impl Functions for PgFunctions {
             .unwrap();
     }
 
-    fn push(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32> {
+    fn push(&mut self, job: u32, tenant: u32, cost: f64, key: Option<u32>) -> Result<(), u32> {
+        assert_eq!(key, None, "key turns are not carried on PostgreSQL");
         let row = self
             .0
             .query_one(
@@ -102,7 +103,12 @@ impl Functions for PgFunctions {
 fn the_sql_functions_take_the_same_jobs_as_the_in_process_schedulers() {
     let _turn = one_at_a_time();
     let Some(cluster) = cluster() else { return };
-    equivalence(256, &mut PgFunctions(schema(&cluster.url, "eq")), false);
+    equivalence(
+        256,
+        &mut PgFunctions(schema(&cluster.url, "eq")),
+        false,
+        false,
+    );
 }
 
 /// What one taker saw: (job, tenant, started, finished) by the stamps.
@@ -200,7 +206,7 @@ fn a_lab_on_postgres_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
     drop(gate); // only the check; the backend makes its own
     let plan = server_plan(ServerKind::Postgres, Target::Own, Some(2));
     let mut backend = pg::start(&plan, 4).unwrap();
-    lab_loses_nothing(&mut backend);
+    lab_loses_nothing(&mut backend, false);
     let pid = backend.wire.own_server_pid().unwrap();
     drop(backend);
     assert!(!alive(pid), "the cluster stops with its lab");
