@@ -68,7 +68,7 @@ fn main() {
 }
 
 fn run(size: &Size) -> Result<()> {
-    let server = OwnedServer::start()?;
+    let server = OwnedServer::start(false)?;
     let mut con = rb::connect(&server.url)?;
     cmd("FUNCTION")
         .arg("LOAD")

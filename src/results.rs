@@ -64,6 +64,10 @@ pub struct BackendFacts {
     /// Worker processes the coordinator started (0: workers joined from
     /// elsewhere).
     pub processes: u32,
+    /// What the server keeps on disk, where the lab set it (`None`: as the
+    /// server was, or nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<String>,
 }
 
 /// What the queue server cost one run (or the median, min or max of
@@ -121,6 +125,15 @@ pub struct FaultFigures {
     /// Workers' connections the server dropped (they connected again).
     #[serde(default)]
     pub dropped_connections: u64,
+    /// Jobs the server had accepted and no longer held after a restart
+    /// (checked after each; a run with any fails, naming the server's
+    /// promise).
+    #[serde(default)]
+    pub lost: u64,
+    /// The longest restart of the server: from the kill until it answered
+    /// again, its file loaded, milliseconds (0: none).
+    #[serde(default)]
+    pub restart_ms: f64,
 }
 
 /// The facts of a real-clock lab that a virtual one has no use for.

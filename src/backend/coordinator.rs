@@ -192,6 +192,23 @@ pub trait Wire {
     fn drop_workers(&mut self) -> Result<u64> {
         bail!("dropping the workers' connections is not carried by this server")
     }
+    /// Kill the server the lab started and start it again after `down`,
+    /// from what it persisted; this wire connects again.
+    fn restart(&mut self, _down: Duration) -> Result<()> {
+        bail!("restarting the server is not carried by this server")
+    }
+    /// Jobs of the run the server has accepted, by its own record.
+    fn enqueued(&mut self) -> Result<u64> {
+        bail!("this server cannot count the jobs it holds")
+    }
+    /// What the server keeps on disk, where the lab set it.
+    fn durability(&self) -> Option<String> {
+        None
+    }
+    /// What the server promises to keep across a restart.
+    fn promise(&self) -> &'static str {
+        "nothing"
+    }
     /// Clients stop waiting for these jobs (each with whether it cancels
     /// it, else it still runs): for each, whether it had not started yet.
     fn abandon(&mut self, _jobs: &[(u32, bool)]) -> Result<Vec<bool>> {
@@ -217,6 +234,10 @@ pub struct Coordinator<W: Wire> {
     children: Vec<Child>,
     runs: u32,
     worker_exe: Option<std::path::PathBuf>,
+    /// Jobs the server accepted so far this run.
+    accepted: u64,
+    /// This run's longest restart of the server.
+    restart_max: Duration,
 }
 
 impl<W: Wire> Coordinator<W> {
@@ -237,6 +258,8 @@ impl<W: Wire> Coordinator<W> {
             children: Vec::new(),
             runs: 0,
             worker_exe,
+            accepted: 0,
+            restart_max: Duration::ZERO,
         };
         c.spawn_workers()?;
         c.wait_joined()?;
@@ -278,6 +301,7 @@ impl<W: Wire> Coordinator<W> {
     fn inject(&mut self, action: Action) -> Result<u64> {
         let (k, signal) = match action {
             Action::Drop => return self.wire.drop_workers(),
+            Action::Restart(down) => return self.restart(down).map(|_| 0),
             Action::Respawn(k) => {
                 self.child(k)?;
                 let child = self.spawn_one(k)?;
@@ -304,6 +328,24 @@ impl<W: Wire> Coordinator<W> {
             child.wait()?;
         }
         Ok(0)
+    }
+
+    /// Kill the server and start it again after `down`; every job it had
+    /// accepted must still be there.
+    fn restart(&mut self, down: Duration) -> Result<()> {
+        let began = Instant::now();
+        self.wire.restart(down)?;
+        self.restart_max = self.restart_max.max(began.elapsed());
+        let kept = self.wire.enqueued()?;
+        if kept < self.accepted {
+            bail!(
+                "{} of the {} jobs the server had accepted were lost across its restart ({})",
+                self.accepted - kept,
+                self.accepted,
+                self.wire.promise()
+            );
+        }
+        Ok(())
     }
 
     /// Worker process `k` (from 0), or why a fault cannot name it.
@@ -427,6 +469,8 @@ impl<W: Wire> Coordinator<W> {
         let t0_us = self.wire.now_us().map_err(failed)?;
         let origin = Instant::now();
         let mut faults = Injector::new(&input.scenario.fault, origin);
+        self.accepted = 0;
+        self.restart_max = Duration::ZERO;
         let submitted = self.submit_all(&input, &mut clients, origin, &mut faults, stop)?;
         self.wait_end(&input, submitted.accepted, lease, &mut faults, stop)?;
         self.undo_faults(&mut faults).map_err(failed)?;
@@ -444,6 +488,7 @@ impl<W: Wire> Coordinator<W> {
         } = records(clients.jobs.clone(), index, &stamps, t0_us).map_err(failed)?;
         leases.injected = faults.injected;
         leases.dropped_connections = faults.dropped;
+        leases.restart_ms = self.restart_max.as_secs_f64() * 1e3;
         let queue = QueueFigures {
             take_rtt_us: percentiles(&take_rtt, 1e3),
             hold_overshoot_us: percentiles(&hold_late, 1e3),
@@ -553,6 +598,7 @@ impl<W: Wire> Coordinator<W> {
         for (&i, (ok, x)) in due.iter().zip(replies) {
             if ok {
                 out.accepted += 1;
+                self.accepted += 1;
                 clients.accepted(i, now);
                 continue;
             }
@@ -678,6 +724,7 @@ impl<W: Wire> Backend for Coordinator<W> {
             kind: self.wire.kind().name().to_string(),
             version: self.wire.version().to_string(),
             processes: self.processes,
+            durability: self.wire.durability(),
         })
     }
 }

@@ -1,7 +1,8 @@
 //! A run's faults as timed actions on the worker processes: a scenario's
 //! `[[fault]]` entries, each turned into a pair (kill, then a replacement;
-//! stop, then continue) or one action (drop the workers' connections) at
-//! instants from the run's start. The coordinator
+//! stop, then continue) or one action (drop the workers' connections;
+//! restart the server, down for its duration) at instants from the run's
+//! start. The coordinator
 //! sleeps to the next one, does it, and at the run's end undoes whatever
 //! is still undone, so every run ends with the whole pool.
 
@@ -22,6 +23,8 @@ pub enum Action {
     Cont(u32),
     /// Drop every worker's connection to the server.
     Drop,
+    /// Kill the server and start it again after this long.
+    Restart(Duration),
 }
 
 /// The actions of one run, in time order.
@@ -48,6 +51,9 @@ impl Injector {
             let (begin, end) = match f.kind {
                 FaultKind::PauseWorker => (Action::Stop(k), Some(Action::Cont(k))),
                 FaultKind::DropConnections => (Action::Drop, None),
+                FaultKind::RestartServer => {
+                    (Action::Restart(Duration::from_secs_f64(f.duration())), None)
+                }
                 _ => (Action::Kill(k), Some(Action::Respawn(k))),
             };
             todo.push((at(f.at_s), begin));
@@ -83,7 +89,7 @@ impl Injector {
                 self.injected += 1;
                 self.stopped.insert(k);
             }
-            Action::Drop => self.injected += 1,
+            Action::Drop | Action::Restart(_) => self.injected += 1,
             Action::Respawn(k) => {
                 self.dead.remove(&k);
             }

@@ -17,7 +17,7 @@
 //!   retries and give-ups;
 //! - [`worker`]: the worker processes' loop, the same on every server;
 //! - [`faults`]: a scenario's `[[fault]]` as timed actions on the worker
-//!   processes;
+//!   processes and the server;
 //! - [`process`]: starting servers and workers as child processes.
 
 pub mod clients;
@@ -95,6 +95,9 @@ pub struct ServerPlan {
     pub worker_exe: Option<std::path::PathBuf>,
     /// PostgreSQL of the lab's own: `fsync` on (the default) or off.
     pub fsync: bool,
+    /// Redis of the lab's own: an append-only file, to be restarted from
+    /// (a scenario with a `restart_server` fault).
+    pub persist: bool,
 }
 
 impl ServerPlan {

@@ -316,6 +316,7 @@ fn parse_backend(text: &str) -> Result<QueueBackend, String> {
         processes: None,
         worker_exe: None,
         fsync: true,
+        persist: false,
     }))
 }
 
@@ -369,6 +370,18 @@ impl RunOpts {
             (QueueBackend::Server(r), processes) => {
                 r.processes = processes;
                 r.fsync = in_scenario.and_then(|s| s.fsync).unwrap_or(true);
+                let restarts = scenario
+                    .fault
+                    .iter()
+                    .any(|f| f.kind == crate::scenario::FaultKind::RestartServer);
+                let append_only = in_scenario.and_then(|s| s.append_only);
+                if restarts && append_only == Some(false) {
+                    anyhow::bail!(
+                        "backend.append_only = false, but a restart_server fault restarts the \
+                         server from its append-only file: drop one of them"
+                    );
+                }
+                r.persist = restarts || append_only == Some(true);
             }
             (QueueBackend::InProcess, Some(_)) => anyhow::bail!(
                 "--processes goes with a queue server (--backend redis or --backend postgres)"

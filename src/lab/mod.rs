@@ -21,14 +21,14 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::backend::{
-    Backend, InProcess, QueueBackend, RunError, RunInput, ServerKind, block_on_ready,
+    Backend, InProcess, QueueBackend, RunError, RunInput, ServerKind, Target, block_on_ready,
 };
 use crate::calibrate::{self, CalibratePlan};
 use crate::engine::{self, JobRecord, Pool, RunStats, Timer, VirtualClock, load};
 use crate::machine::Machine;
 use crate::output::progress::Progress;
 use crate::results::{ClockKind, LabResults, RealFacts, RunResult, SCHEMA_VERSION};
-use crate::scenario::{Scenario, Strategy};
+use crate::scenario::{FaultKind, Scenario, Strategy};
 use crate::sched::AnyScheduler;
 
 /// Occupancy is sampled every 50 ms of lab time for the plots.
@@ -270,6 +270,15 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
         }
         let processes = crate::backend::coordinator::processes_for(s.workers, server.processes);
         for (i, f) in s.fault.iter().enumerate() {
+            if f.kind == FaultKind::RestartServer {
+                if server.target != Target::Own {
+                    anyhow::bail!(
+                        "fault[{i}]: restart_server restarts the server the lab starts \
+                         (--backend redis), not one given by URL"
+                    );
+                }
+                continue;
+            }
             if f.process() >= processes {
                 anyhow::bail!(
                     "fault[{i}]: target {} names a worker process, but the lab starts {processes} \

@@ -499,6 +499,8 @@ fn combine_faults(qs: &[&QueueFigures], pick: Pick) -> Option<FaultFigures> {
         ran_twice: count(&|x| x.ran_twice),
         late_finishes_refused: count(&|x| x.late_finishes_refused),
         dropped_connections: count(&|x| x.dropped_connections),
+        lost: count(&|x| x.lost),
+        restart_ms: f(&|x| x.restart_ms),
     })
 }
 

@@ -46,8 +46,12 @@ pub fn header(r: &LabResults) -> String {
         r.tool
     );
     if let Some(b) = &r.backend {
+        let durability = b
+            .durability
+            .as_ref()
+            .map_or(String::new(), |d| format!(" ({d})"));
         line.push_str(&format!(
-            " · on {} {}, {} worker process{}",
+            " · on {} {}{durability}, {} worker process{}",
             b.kind,
             b.version,
             b.processes,

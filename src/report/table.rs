@@ -173,6 +173,8 @@ pub fn lease_table(results: &LabResults, style: TableStyle) -> Option<Table> {
         "Ran twice",
         "Late finishes refused",
         "Connections dropped",
+        "Lost",
+        "Restart",
     ]);
     for (s, f) in rows {
         table.add_row(vec![
@@ -183,6 +185,12 @@ pub fn lease_table(results: &LabResults, style: TableStyle) -> Option<Table> {
             f.ran_twice.to_string(),
             f.late_finishes_refused.to_string(),
             f.dropped_connections.to_string(),
+            f.lost.to_string(),
+            if f.restart_ms > 0.0 {
+                format!("{} ms", sig3(f.restart_ms))
+            } else {
+                "—".to_string()
+            },
         ]);
     }
     right_align(&mut table);
@@ -190,7 +198,7 @@ pub fn lease_table(results: &LabResults, style: TableStyle) -> Option<Table> {
 }
 
 /// What the lease table's columns mean.
-pub const LEASE_NOTE: &str = "a take leases its job to the worker; a job whose worker went quiet past its lease went back to the front of its tenant's queue (redelivered); ran twice: its first worker finished it too, and that finish was refused";
+pub const LEASE_NOTE: &str = "a take leases its job to the worker; a job whose worker went quiet past its lease went back to the front of its tenant's queue (redelivered); ran twice: its first worker finished it too, and that finish was refused; lost: jobs the server had accepted and no longer held after a restart; restart: the longest, from the kill until the server answered again, its file loaded";
 
 /// Per class, per strategy: waits, slowdown, counts, tokens and done time
 /// (medians of the runs).

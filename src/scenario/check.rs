@@ -455,7 +455,8 @@ impl Scenario {
 }
 
 /// `[backend]`: a backend noisylab knows, processes only for a queue
-/// server, fsync only for a PostgreSQL cluster of the lab's own.
+/// server, fsync only for a PostgreSQL cluster of the lab's own,
+/// append_only only for a Redis server of the lab's own.
 fn check_backend(b: &BackendSpec) -> Result<(), Failure> {
     let url = super::BackendUrl::parse(&b.url).map_err(|e| ("backend.url".to_string(), e))?;
     if url == super::BackendUrl::InProcess && b.processes.is_some() {
@@ -468,6 +469,12 @@ fn check_backend(b: &BackendSpec) -> Result<(), Failure> {
         return fail(
             "backend.fsync",
             "goes with a PostgreSQL cluster of the lab's own (url = \"postgres\")".into(),
+        );
+    }
+    if url != super::BackendUrl::OwnRedis && b.append_only.is_some() {
+        return fail(
+            "backend.append_only",
+            "goes with a Redis server of the lab's own (url = \"redis\")".into(),
         );
     }
     Ok(())

@@ -4,7 +4,8 @@
 //! A take leases its job to the worker; a worker that dies or stops past
 //! its lease loses the job back to its tenant's queue, and its finish, if
 //! it ever comes, is refused. The faults are made by the coordinator, at
-//! their instants of the run, on the worker processes it started.
+//! their instants of the run, on the worker processes it started and on the
+//! server it started.
 
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +18,8 @@ pub struct Fault {
     pub kind: FaultKind,
     /// `pause_worker`: how long the process stays stopped (required);
     /// `kill_worker`: how long until a replacement process starts (default
-    /// 0: at once, as a supervisor would).
+    /// 0: at once, as a supervisor would); `restart_server`: how long the
+    /// server stays down (default 0: started again at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
     /// Which worker process, from 1 (default 1).
@@ -36,14 +38,15 @@ pub enum FaultKind {
     PauseWorker,
     /// The server drops every worker's connection; they connect again.
     DropConnections,
-    /// The server the run owns stops and starts again.
+    /// The server the run owns is killed (SIGKILL, a crash) and started
+    /// again from its append-only file.
     RestartServer,
     /// A worker's round trips delayed.
     SlowLink,
 }
 
 /// The kinds the lab injects so far.
-pub const FAULT_KINDS_CARRIED: &str = "kill_worker, pause_worker, drop_connections";
+pub const FAULT_KINDS_CARRIED: &str = "kill_worker, pause_worker, drop_connections, restart_server";
 
 impl FaultKind {
     pub fn name(self) -> &'static str {
@@ -58,10 +61,7 @@ impl FaultKind {
 
     /// Whether the lab can inject it yet.
     pub fn carried(self) -> bool {
-        matches!(
-            self,
-            FaultKind::KillWorker | FaultKind::PauseWorker | FaultKind::DropConnections
-        )
+        !matches!(self, FaultKind::SlowLink)
     }
 }
 
@@ -108,6 +108,11 @@ impl Fault {
             return Err(
                 "drop_connections drops every worker's connection at once: leave out target and duration_s"
                     .into(),
+            );
+        }
+        if self.kind == FaultKind::RestartServer && self.target.is_some() {
+            return Err(
+                "restart_server strikes the server, not a worker process: leave out target".into(),
             );
         }
         if self.target == Some(0) {
@@ -159,11 +164,18 @@ mod tests {
         assert!(pause.contains("needs duration_s"), "{pause}");
         let zero = f(FaultKind::KillWorker, None, Some(0)).check().unwrap_err();
         assert!(zero.contains("from 1, found 0"), "{zero}");
-        let later = f(FaultKind::RestartServer, None, None).check().unwrap_err();
+        let later = f(FaultKind::SlowLink, None, None).check().unwrap_err();
         assert!(
-            later.contains("not carried yet; allowed: kill_worker, pause_worker, drop_connections"),
+            later.contains(
+                "not carried yet; allowed: kill_worker, pause_worker, drop_connections, restart_server"
+            ),
             "{later}"
         );
+        assert!(f(FaultKind::RestartServer, None, None).check().is_ok());
+        let aimed = f(FaultKind::RestartServer, None, Some(1))
+            .check()
+            .unwrap_err();
+        assert!(aimed.contains("strikes the server"), "{aimed}");
         assert!(f(FaultKind::DropConnections, None, None).check().is_ok());
         let aimed = f(FaultKind::DropConnections, None, Some(2))
             .check()

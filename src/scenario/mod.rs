@@ -102,6 +102,11 @@ pub struct BackendSpec {
     /// A PostgreSQL cluster of the lab's own: its `fsync` (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fsync: Option<bool>,
+    /// A Redis server of the lab's own: keep an append-only file
+    /// (`appendfsync everysec`), to measure what it costs; on by itself
+    /// where a fault restarts the server (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub append_only: Option<bool>,
 }
 
 /// The backends `[backend] url` and `--backend` take.

@@ -93,7 +93,7 @@ fn server() -> Option<OwnedServer> {
         eprintln!("skipped: {}", server::NOT_INSTALLED);
         return None;
     }
-    Some(OwnedServer::start().expect("a redis-server of the test's own"))
+    Some(OwnedServer::start(false).expect("a redis-server of the test's own"))
 }
 
 /// A connection to the server at `url`, noisylab's functions loaded.
@@ -409,6 +409,7 @@ fn server_plan(server: ServerKind, target: Target, processes: Option<u32>) -> Se
         processes,
         worker_exe: Some(PathBuf::from(NOISYLAB)),
         fsync: true,
+        persist: false,
     }
 }
 

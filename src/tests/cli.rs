@@ -78,7 +78,7 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
     clap_error("kind=kill_worker,at=1", "unknown field `at`");
     clap_error(
         "kind=slow_link,at_s=1",
-        "kind \"slow_link\" is not carried yet; allowed: kill_worker, pause_worker, drop_connections",
+        "kind \"slow_link\" is not carried yet; allowed: kill_worker, pause_worker, drop_connections, restart_server",
     );
     // Each checked before anything starts: no lab, no server.
     let fault = "kind=kill_worker,at_s=0.2";
@@ -103,6 +103,34 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
             fault,
         ],
         "[[fault]] is not carried by the PostgreSQL backend yet",
+    );
+    // Only a server the lab started can be restarted (from its file).
+    assert_bad_input(
+        &[
+            "run",
+            "lab/smoke.toml",
+            "--backend",
+            "redis://127.0.0.1:1/",
+            "--fault",
+            "kind=restart_server,at_s=0.2",
+        ],
+        "fault[0]: restart_server restarts the server the lab starts (--backend redis), not one given by URL",
+    );
+    // A server restarted from its append-only file cannot go without one.
+    let text = std::fs::read_to_string("lab/smoke.toml").unwrap()
+        + "\n[backend]\nurl = \"redis\"\nappend_only = false\n";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-file.toml");
+    std::fs::write(&path, text).unwrap();
+    assert_bad_input(
+        &[
+            "run",
+            path.to_str().unwrap(),
+            "--fault",
+            "kind=restart_server,at_s=0.2",
+        ],
+        "backend.append_only = false, but a restart_server fault restarts the server from its \
+         append-only file",
     );
     // What the SQL functions do not carry yet (the Redis functions do).
     assert_bad_input(

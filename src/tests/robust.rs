@@ -165,8 +165,12 @@ fn each_bad_scenario_gets_its_message() {
             "x.toml:48:8: fault[0].kind: unknown value `melt_server`; allowed: `kill_worker`, `pause_worker`, `drop_connections`, `restart_server`, `slow_link`",
         ),
         (
-            format!("{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"restart_server\"\n"),
-            "x.toml: fault[0]: kind \"restart_server\" is not carried yet; allowed: kill_worker, pause_worker, drop_connections",
+            format!("{ARTICLE}\n[backend]\nurl = \"postgres\"\nappend_only = true\n"),
+            "x.toml: backend.append_only: goes with a Redis server of the lab's own (url = \"redis\")",
+        ),
+        (
+            format!("{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"slow_link\"\n"),
+            "x.toml: fault[0]: kind \"slow_link\" is not carried yet; allowed: kill_worker, pause_worker, drop_connections, restart_server",
         ),
         (
             format!("{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"pause_worker\"\n"),

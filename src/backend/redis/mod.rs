@@ -31,7 +31,7 @@ pub type RedisBackend = Coordinator<RedisWire>;
 /// Start (or reach) the server, load the functions, start the worker
 /// processes for a pool of `workers`, and wait until they have joined.
 pub fn start(plan: &ServerPlan, workers: u32) -> Result<RedisBackend> {
-    let wire = RedisWire::open(&plan.target)?;
+    let wire = RedisWire::open(&plan.target, plan.persist)?;
     Coordinator::start(wire, workers, plan.processes, plan.worker_exe.clone())
 }
 
@@ -46,13 +46,15 @@ pub struct RedisWire {
     /// The run's prefix, `noisylab:<id>:<run>:`.
     p: String,
     version: String,
+    /// The server's counters lost to restarts, added to what it counts now.
+    carried: ServerStats,
     server: Option<OwnedServer>,
 }
 
 impl RedisWire {
-    fn open(target: &Target) -> Result<RedisWire> {
+    fn open(target: &Target, persist: bool) -> Result<RedisWire> {
         let server = match target {
-            Target::Own => Some(OwnedServer::start()?),
+            Target::Own => Some(OwnedServer::start(persist)?),
             Target::Url(_) => None,
         };
         let url = match (&server, target) {
@@ -62,12 +64,7 @@ impl RedisWire {
         };
         let mut con = connect(&url)?;
         let version = server_version(&mut con)?;
-        cmd("FUNCTION")
-            .arg("LOAD")
-            .arg("REPLACE")
-            .arg(LIBRARY)
-            .query::<String>(&mut con)
-            .context("cannot load noisylab's functions into the server")?;
+        load_functions(&mut con)?;
         let id = lab_id();
         let lab = format!("noisylab:{id}:");
         let taken: i64 = cmd("EXISTS").arg(format!("{lab}joined")).query(&mut con)?;
@@ -81,8 +78,14 @@ impl RedisWire {
             p: lab.clone(),
             lab,
             version,
+            carried: ServerStats::default(),
             server,
         })
+    }
+
+    /// The server's counters now, with those lost to restarts.
+    fn stats(&mut self) -> Result<ServerStats> {
+        Ok(ServerStats::read(&mut self.con)?.plus(&self.carried))
     }
 
     /// The server this lab started, if it started one: its process id.
@@ -112,6 +115,24 @@ impl RedisWire {
             .arg(&self.p)
             .arg(args)
             .query(&mut self.con)?)
+    }
+
+    /// Rewrite the append-only file (`BGREWRITEAOF`) and wait until it is
+    /// done.
+    fn rewrite_file(&mut self) -> Result<()> {
+        cmd("BGREWRITEAOF").query::<String>(&mut self.con)?;
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let info: String = cmd("INFO").arg("persistence").query(&mut self.con)?;
+            let busy = |key| info_field(&info, key) != Some("0");
+            if !busy("aof_rewrite_in_progress") && !busy("aof_rewrite_scheduled") {
+                return Ok(());
+            }
+            if std::time::Instant::now() > until {
+                bail!("the server's append-only file was still being rewritten after 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Delete every key under `prefix` (and the functions' copy of a
@@ -212,11 +233,11 @@ impl Wire for RedisWire {
     }
 
     fn mark(&mut self) -> Result<ServerStats> {
-        ServerStats::read(&mut self.con)
+        self.stats()
     }
 
     fn cost_since(&mut self, before: ServerStats) -> Result<ServerCost> {
-        let after = ServerStats::read(&mut self.con)?;
+        let after = self.stats()?;
         Ok(ServerCost {
             us_per_call: Some(after.per_call_us(&before)),
             cpu_s: Some(after.cpu_s - before.cpu_s),
@@ -338,13 +359,55 @@ impl Wire for RedisWire {
         Ok(waiting.into_iter().map(|w| w == 1).collect())
     }
 
+    fn restart(&mut self, down: Duration) -> Result<()> {
+        let before = self.stats()?;
+        let Some(server) = &mut self.server else {
+            bail!(
+                "restart_server restarts the server the lab started (--backend redis), not one given by URL"
+            );
+        };
+        server.restart(down)?;
+        self.con = connect(&self.url)?;
+        // The file brought the functions back; loaded again all the same.
+        load_functions(&mut self.con)?;
+        self.carried = before;
+        Ok(())
+    }
+
+    fn enqueued(&mut self) -> Result<u64> {
+        // One "e" line for each submit the server accepted.
+        let log: Vec<String> = cmd("LRANGE")
+            .arg(format!("{}log", self.p))
+            .arg(0)
+            .arg(-1)
+            .query(&mut self.con)?;
+        Ok(log.iter().filter(|l| l.starts_with("e ")).count() as u64)
+    }
+
+    fn durability(&self) -> Option<String> {
+        self.server
+            .as_ref()
+            .filter(|s| s.persists())
+            .map(|_| "append-only file, fsync every second".to_string())
+    }
+
+    fn promise(&self) -> &'static str {
+        server::PROMISE
+    }
+
     fn reap(&mut self) -> Result<()> {
         self.fcall("noisylab_reap", &[]).map(drop)
     }
 
     fn end_run(&mut self) -> Result<()> {
         let p = self.p.clone();
-        self.delete(&p)
+        self.delete(&p)?;
+        if self.durability().is_some() {
+            // The file rewritten from what is left, so the next run's
+            // restart loads its own run's writes, not every run's before.
+            self.rewrite_file()?;
+        }
+        Ok(())
     }
 
     fn quit(&mut self, workers: u32) {
@@ -382,6 +445,17 @@ fn stamp(line: &str) -> Result<Stamp> {
     })
 }
 
+/// noisylab's functions loaded into the server (replacing any older ones).
+fn load_functions(con: &mut Connection) -> Result<()> {
+    cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(LIBRARY)
+        .query::<String>(con)
+        .context("cannot load noisylab's functions into the server")?;
+    Ok(())
+}
+
 /// A connection, or one line saying which server could not be reached.
 pub fn connect(url: &str) -> Result<Connection> {
     let client = Client::open(url).with_context(|| format!("bad Redis URL {url:?}"))?;
@@ -415,6 +489,7 @@ pub fn info_field<'a>(info: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// The server's counters, from one INFO.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ServerStats {
     fcall_calls: u64,
     fcall_usec: u64,
@@ -445,6 +520,17 @@ impl ServerStats {
             bytes: (num("total_net_input_bytes").unwrap_or(0.0)
                 + num("total_net_output_bytes").unwrap_or(0.0)) as u64,
         })
+    }
+
+    /// These counters and `other`'s together.
+    fn plus(&self, other: &ServerStats) -> ServerStats {
+        ServerStats {
+            fcall_calls: self.fcall_calls + other.fcall_calls,
+            fcall_usec: self.fcall_usec + other.fcall_usec,
+            round_trips: self.round_trips + other.round_trips,
+            cpu_s: self.cpu_s + other.cpu_s,
+            bytes: self.bytes + other.bytes,
+        }
     }
 
     /// Server microseconds per function call since `before`.

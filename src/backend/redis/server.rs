@@ -1,6 +1,8 @@
 //! A Redis server of the lab's own: `redis-server` on a free loopback port,
-//! in a temp folder, persistence off; stopped when dropped (success, error
-//! or Ctrl-C alike), and told to stop with noisylab if noisylab is killed.
+//! in a temp folder, persistence off (or, for a lab that restarts it, an
+//! append-only file, `appendfsync everysec`); stopped when dropped (success,
+//! error or Ctrl-C alike), and told to stop with noisylab if noisylab is
+//! killed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,16 +20,27 @@ pub const NOT_INSTALLED: &str = "redis-server is not on PATH: install it (Debian
 /// How long a new server may take to answer.
 const START_DEADLINE: Duration = Duration::from_secs(10);
 
+/// What a server started with an append-only file promises across a
+/// restart.
+pub const PROMISE: &str = "Redis with appendonly yes and appendfsync everysec writes every \
+     change to its file before it replies, so a crash of the server's process loses nothing it \
+     acknowledged; a crash of the machine may lose the last second";
+
 /// A running server that this process started.
 #[derive(Debug)]
 pub struct OwnedServer {
     child: Child,
+    exe: PathBuf,
+    port: u16,
     dir: PathBuf,
+    /// Keeps an append-only file (to be restarted from it).
+    persist: bool,
     pub url: String,
 }
 
 impl OwnedServer {
-    pub fn start() -> Result<OwnedServer> {
+    /// A server with persistence off, or with `persist` an append-only file.
+    pub fn start(persist: bool) -> Result<OwnedServer> {
         let Some(exe) = on_path("redis-server") else {
             bail!(NOT_INSTALLED);
         };
@@ -36,33 +49,40 @@ impl OwnedServer {
             std::env::temp_dir().join(format!("noisylab-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        let log = dir.join("redis.log");
-        let mut cmd = Command::new(&exe);
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--loglevel", "warning"])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--logfile")
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {}", exe.display()))?;
+        let child = spawn(&exe, port, &dir, persist)?;
         let mut server = OwnedServer {
             child,
+            exe,
+            port,
             dir,
+            persist,
             url: format!("redis://127.0.0.1:{port}/"),
         };
-        server.wait_ready(&log)?;
+        server.wait_ready()?;
         Ok(server)
     }
 
-    /// Until the server answers PING; its log's last line if it exits.
-    fn wait_ready(&mut self, log: &Path) -> Result<()> {
+    /// Kill the server (SIGKILL: a crash, nothing flushed on the way out)
+    /// and, after `down`, start it again on its port and folder, from its
+    /// append-only file.
+    pub fn restart(&mut self, down: Duration) -> Result<()> {
+        if !self.persist {
+            bail!(
+                "the server keeps no append-only file: it cannot be restarted without losing its jobs"
+            );
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(down);
+        self.child = spawn(&self.exe, self.port, &self.dir, self.persist)?;
+        self.wait_ready()
+            .context("redis-server did not come back after its restart")
+    }
+
+    /// Until the server answers PING (a server loading its file answers
+    /// LOADING); its log's last line if it exits.
+    fn wait_ready(&mut self) -> Result<()> {
+        let log = self.dir.join("redis.log");
         let client = ::redis::Client::open(self.url.as_str())?;
         let deadline = Instant::now() + START_DEADLINE;
         loop {
@@ -72,7 +92,7 @@ impl OwnedServer {
                 return Ok(());
             }
             if let Some(status) = self.child.try_wait()? {
-                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
                 let last = text.lines().last().unwrap_or("no log").trim();
                 bail!("redis-server exited at start ({status}): {last}");
             }
@@ -87,10 +107,35 @@ impl OwnedServer {
         }
     }
 
+    /// Whether it keeps an append-only file.
+    pub fn persists(&self) -> bool {
+        self.persist
+    }
+
     /// The server's process id (for tests that stop it from outside).
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+}
+
+/// `redis-server` on `port` in `dir`, persistence off or (`persist`) an
+/// append-only file.
+fn spawn(exe: &Path, port: u16, dir: &Path, persist: bool) -> Result<Child> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--daemonize", "no", "--loglevel", "warning"])
+        .args(["--appendonly", if persist { "yes" } else { "no" }])
+        .args(["--appendfsync", "everysec"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(dir.join("redis.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    die_with_parent(&mut cmd);
+    cmd.spawn()
+        .with_context(|| format!("cannot start {}", exe.display()))
 }
 
 impl Drop for OwnedServer {

@@ -3,8 +3,9 @@
 //! `noisylab_finish` jobs, and an idle worker blocks on the run's `wake`
 //! list.
 //!
-//! A connection the server drops is made again, with backoff, and the call
-//! it was in is sent again: a blocking pop or a read repeats as it was; a
+//! A connection the server drops (or a server restarted) is made again,
+//! with backoff, and the call it was in is sent again (a server still
+//! loading its file is asked again the same way): a blocking pop or a read repeats as it was; a
 //! take repeated may leave the job the lost reply carried leased to nobody
 //! (its lease runs out and it goes back to its queue); a finish repeated
 //! after it went through is known by its lease (see `noisylab.lua`).
@@ -68,7 +69,10 @@ impl RedisTaker {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            let dropped = err.is_unrecoverable_error() || err.is_io_error();
+            // Dropped, or a server started again still loading its file.
+            let dropped = err.is_unrecoverable_error()
+                || err.is_io_error()
+                || matches!(err.retry_method(), redis::RetryMethod::WaitAndRetry);
             if !dropped || Instant::now() > until {
                 return Err(err.into());
             }
