@@ -26,7 +26,7 @@ use std::sync::atomic::AtomicBool;
 use noisylab::backend::coordinator::queue_name;
 use noisylab::backend::redis as redis_backend;
 use noisylab::backend::redis::server::{self, OwnedServer};
-use noisylab::backend::{Backend, RunInput, ServerKind, ServerPlan, Target};
+use noisylab::backend::{Backend, RunError, RunInput, RunRecord, ServerKind, ServerPlan, Target};
 use noisylab::engine::{Fate, JobRecord, NEVER, stats_from_records};
 use noisylab::lab;
 use noisylab::scenario::{FairBy, Queue, Scenario, Strategy as Def};
@@ -542,26 +542,12 @@ fn lab_loses_nothing(backend: &mut dyn Backend, two_level: bool) {
     }
     let keyed = Scenario::parse(Path::new("keyed.toml"), &keyed).unwrap();
     assert_eq!(s.workers, 4);
-    let never = AtomicBool::new(false);
     let labs = [&s, &keyed];
     for (s, def) in labs
         .iter()
         .flat_map(|s| s.strategy.iter().map(move |d| (*s, d)))
     {
-        let pool = lab::pool_for(s, def);
-        let plan = noisylab::engine::load::plan(s, s.seed);
-        let input = RunInput {
-            scenario: s,
-            strategy: def,
-            pool: &pool,
-            sched: lab::scheduler(s, def, &plan),
-            plan,
-            seed: s.seed,
-        };
-        let record = backend.run(input, &never).unwrap();
-        check_stamps(s, def, &record.jobs, &record.redelivered);
-        let run = lab::summary::run(s, def, &pool, s.seed, &record.jobs, &record.stats, false);
-        let tally = common::check_outcomes(s, def, &record.jobs, &run.figures);
+        let (record, tally) = checked_run(backend, s, def);
         assert_eq!(tally.unique_jobs, record.jobs.len() as u64);
         assert_eq!(tally.completed + tally.rejected, tally.unique_jobs);
         if def.limit.is_some() {
@@ -749,22 +735,41 @@ fn a_prefix_in_use_and_a_server_that_dies_mid_run_fail_loudly() {
     drop(backend);
 }
 
-/// The smoke lab's first strategy on `backend`, which must fail, within
-/// 20 s, in one line: that line.
-fn failed_run(backend: &mut dyn Backend, s: &Scenario) -> String {
-    let def = &s.strategy[0];
+/// One run of `def` of `s` on `backend`, seeded `s.seed`, as the lab gives
+/// it.
+fn run_one(backend: &mut dyn Backend, s: &Scenario, def: &Def) -> Result<RunRecord, RunError> {
     let pool = lab::pool_for(s, def);
-    let jobs = noisylab::engine::load::plan(s, s.seed);
+    let plan = noisylab::engine::load::plan(s, s.seed);
     let input = RunInput {
         scenario: s,
         strategy: def,
         pool: &pool,
-        sched: lab::scheduler(s, def, &jobs),
-        plan: jobs,
+        sched: lab::scheduler(s, def, &plan),
+        plan,
         seed: s.seed,
     };
+    backend.run(input, &AtomicBool::new(false))
+}
+
+/// One run that must finish, held to the server's stamps
+/// ([`check_stamps`]) and its figures to its records (every planned job
+/// has its attempts, each ended once): the record, and its tally.
+fn checked_run(backend: &mut dyn Backend, s: &Scenario, def: &Def) -> (RunRecord, common::Tally) {
+    let record = run_one(backend, s, def).unwrap();
+    check_stamps(s, def, &record.jobs, &record.redelivered);
+    let pool = lab::pool_for(s, def);
+    let run = lab::summary::run(s, def, &pool, s.seed, &record.jobs, &record.stats, false);
+    let tally = common::check_outcomes(s, def, &record.jobs, &run.figures);
+    let planned = noisylab::engine::load::plan(s, s.seed).len() as u64;
+    assert_eq!(tally.unique_jobs, planned, "{}", def.name);
+    (record, tally)
+}
+
+/// The smoke lab's first strategy on `backend`, which must fail, within
+/// 20 s, in one line: that line.
+fn failed_run(backend: &mut dyn Backend, s: &Scenario) -> String {
     let started = std::time::Instant::now();
-    let err = match backend.run(input, &AtomicBool::new(false)) {
+    let err = match run_one(backend, s, &s.strategy[0]) {
         Ok(_) => panic!("a run that must fail finished"),
         Err(e) => e.to_string(),
     };

@@ -9,17 +9,15 @@
 //! figures count what the records hold.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 
+use noisylab::backend::Target;
 use noisylab::backend::clients::wire_id;
 use noisylab::backend::redis as redis_backend;
-use noisylab::backend::{Backend, RunInput, Target};
 use noisylab::engine::Fate;
-use noisylab::lab;
 use noisylab::scenario::Scenario;
 
 use super::faults::{fcall, log};
-use super::{check_stamps, common, functions, one_at_a_time, redis_plan, server};
+use super::{checked_run, functions, one_at_a_time, redis_plan, server};
 
 #[test]
 fn a_client_gives_up_only_on_a_waiting_job_and_a_cancelled_one_is_dropped_at_its_turn() {
@@ -143,27 +141,12 @@ fn retrying_clients_on_redis_send_every_attempt_once_and_keep_every_cap() {
     let text = smoke[..smoke.find("[[strategy]]").unwrap()].to_string() + CLIENTS;
     let s = Scenario::parse(Path::new("clients.toml"), &text).unwrap();
     let mut backend = redis_backend::start(&redis_plan(Target::Own, Some(2)), s.workers).unwrap();
-    let never = AtomicBool::new(false);
     let mut counted = Vec::new();
     for def in &s.strategy {
-        let pool = lab::pool_for(&s, def);
-        let plan = noisylab::engine::load::plan(&s, s.seed);
-        let planned = plan.len() as u64;
-        let input = RunInput {
-            scenario: &s,
-            strategy: def,
-            pool: &pool,
-            sched: lab::scheduler(&s, def, &plan),
-            plan,
-            seed: s.seed,
-        };
-        let record = backend.run(input, &never).unwrap();
-        check_stamps(&s, def, &record.jobs, &record.redelivered);
-        let run = lab::summary::run(&s, def, &pool, s.seed, &record.jobs, &record.stats, false);
         // Every attempt sent and ended once, numbered 1, 2, … per job; the
         // figures count what the records hold.
-        let tally = common::check_outcomes(&s, def, &record.jobs, &run.figures);
-        assert_eq!(tally.unique_jobs, planned, "{}", def.name);
+        let (record, tally) = checked_run(&mut backend, &s, def);
+        let planned = tally.unique_jobs;
         assert_eq!(
             tally.completed + tally.given_up + tally.rejected + tally.timed_out,
             planned,

@@ -10,16 +10,14 @@
 //! started again from its append-only file, twice: nothing lost.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use noisylab::backend::redis as redis_backend;
-use noisylab::backend::{Backend, RunInput, ServerPlan, Target};
-use noisylab::lab;
+use noisylab::backend::{ServerPlan, Target};
 use noisylab::results::FaultFigures;
 use noisylab::scenario::{FaultKind, Scenario};
 
-use super::{check_stamps, common, functions, one_at_a_time, redis_plan, server};
+use super::{checked_run, functions, one_at_a_time, redis_plan, server};
 
 /// `FCALL name 0 args…` on `con`.
 pub(super) fn fcall<T: redis::FromRedisValue>(
@@ -148,25 +146,15 @@ fn smoke_lab_with(faults: &str) -> Vec<(String, FaultFigures)> {
         ..redis_plan(Target::Own, Some(2))
     };
     let mut backend = redis_backend::start(&plan, s.workers).unwrap();
-    let never = AtomicBool::new(false);
     let mut out = Vec::new();
     for def in &s.strategy {
-        let pool = lab::pool_for(&s, def);
-        let plan = noisylab::engine::load::plan(&s, s.seed);
-        let planned = plan.len() as u64;
-        let input = RunInput {
-            scenario: &s,
-            strategy: def,
-            pool: &pool,
-            sched: lab::scheduler(&s, def, &plan),
-            plan,
-            seed: s.seed,
-        };
-        let record = backend.run(input, &never).unwrap();
-        check_stamps(&s, def, &record.jobs, &record.redelivered);
-        let run = lab::summary::run(&s, def, &pool, s.seed, &record.jobs, &record.stats, false);
-        let tally = common::check_outcomes(&s, def, &record.jobs, &run.figures);
-        assert_eq!(tally.completed + tally.rejected, planned, "{}", def.name);
+        let (record, tally) = checked_run(&mut backend, &s, def);
+        assert_eq!(
+            tally.completed + tally.rejected,
+            tally.unique_jobs,
+            "{}",
+            def.name
+        );
         let f = record.queue.unwrap().faults.expect("a lease on Redis");
         assert_eq!(f.lease_ms, 60.0);
         assert_eq!(f.redelivered, record.redelivered.len() as u64);
