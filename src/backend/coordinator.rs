@@ -472,7 +472,7 @@ impl<W: Wire> Coordinator<W> {
         self.accepted = 0;
         self.restart_max = Duration::ZERO;
         let submitted = self.submit_all(&input, &mut clients, origin, &mut faults, stop)?;
-        self.wait_end(&input, submitted.accepted, lease, &mut faults, stop)?;
+        self.wait_end(&input, self.accepted, lease, &mut faults, stop)?;
         self.undo_faults(&mut faults).map_err(failed)?;
         let cost = self.wire.cost_since(before).map_err(failed)?;
         let (take_rtt, hold_late) = self.end_workers().map_err(failed)?;
@@ -536,7 +536,6 @@ impl<W: Wire> Coordinator<W> {
         let kind = self.wire.kind();
         let failed = move |e| self_failed(kind, e);
         let mut out = Submitted {
-            accepted: 0,
             rtt: new_histogram(),
             retry_after_s_max: 0,
         };
@@ -597,7 +596,6 @@ impl<W: Wire> Coordinator<W> {
         let fixed = clients.fixed_retry_after();
         for (&i, (ok, x)) in due.iter().zip(replies) {
             if ok {
-                out.accepted += 1;
                 self.accepted += 1;
                 clients.accepted(i, now);
                 continue;
@@ -745,7 +743,6 @@ impl<W: Wire> Drop for Coordinator<W> {
 
 /// What `submit_all` learned.
 struct Submitted {
-    accepted: u64,
     rtt: hdrhistogram::Histogram<u64>,
     retry_after_s_max: u64,
 }
