@@ -107,7 +107,7 @@ pub struct QueueFigures {
 }
 
 /// A run's leases and faults on a queue server, from the server's stamps.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultFigures {
     /// A take's lease, milliseconds.
@@ -134,6 +134,18 @@ pub struct FaultFigures {
     /// again, its file loaded, milliseconds (0: none).
     #[serde(default)]
     pub restart_ms: f64,
+    /// Each class's share of `redelivered` and `ran_twice`, by class name
+    /// (classes with none left out).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_class: BTreeMap<String, ClassFaults>,
+}
+
+/// One class's jobs struck by faults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassFaults {
+    pub redelivered: u64,
+    pub ran_twice: u64,
 }
 
 /// The facts of a real-clock lab that a virtual one has no use for.

@@ -21,7 +21,7 @@ use super::{Backend, RunError, RunInput, RunRecord, ServerKind};
 use crate::engine::clock::sleep_until_blocking;
 use crate::engine::traffic::Refusal;
 use crate::engine::{Fate, JobRecord, NEVER, Nanos, stats_from_records};
-use crate::results::{BackendFacts, FaultFigures, QueueFigures};
+use crate::results::{BackendFacts, ClassFaults, FaultFigures, QueueFigures};
 use crate::scenario::faults::default_lease_ns;
 use crate::scenario::{Queue, Strategy};
 use crate::stats::{decode_histogram, new_histogram, percentiles, record};
@@ -485,6 +485,7 @@ impl<W: Wire> Coordinator<W> {
             end,
             faults: mut leases,
             redelivered,
+            ran_twice,
         } = records(clients.jobs.clone(), index, &stamps, t0_us).map_err(failed)?;
         leases.injected = faults.injected;
         leases.dropped_connections = faults.dropped;
@@ -500,6 +501,7 @@ impl<W: Wire> Coordinator<W> {
             wal_bytes_per_job: cost.wal_bytes.map(|b| b as f64 / n),
             faults: setup.lease_us.map(|us| FaultFigures {
                 lease_ms: us as f64 / 1e3,
+                by_class: by_class(input.scenario, &jobs, &redelivered, &ran_twice),
                 ..leases
             }),
         };
@@ -511,6 +513,7 @@ impl<W: Wire> Coordinator<W> {
             queue: Some(queue),
             late: None,
             redelivered,
+            ran_twice,
         })
     }
 
@@ -768,6 +771,32 @@ pub fn lease_ns(input: &RunInput<'_>) -> Nanos {
     }
 }
 
+/// Each class's share of the jobs `redelivered` and `ran_twice` (indices
+/// into `jobs`, once for each time), by class name; classes with none left
+/// out.
+pub fn by_class(
+    scenario: &crate::scenario::Scenario,
+    jobs: &[JobRecord],
+    redelivered: &[u32],
+    ran_twice: &[u32],
+) -> std::collections::BTreeMap<String, ClassFaults> {
+    let population = scenario.population();
+    let mut out = std::collections::BTreeMap::<String, ClassFaults>::new();
+    let mut count = |i: u32, f: fn(&mut ClassFaults)| {
+        let class = population.class_of[jobs[i as usize].tenant as usize] as usize;
+        f(out
+            .entry(population.classes[class].name.clone())
+            .or_default());
+    };
+    for &i in redelivered {
+        count(i, |c| c.redelivered += 1);
+    }
+    for &i in ran_twice {
+        count(i, |c| c.ran_twice += 1);
+    }
+    out
+}
+
 /// A run rebuilt from the server's stamps.
 pub struct Rebuilt {
     pub jobs: Vec<JobRecord>,
@@ -780,6 +809,8 @@ pub struct Rebuilt {
     pub faults: FaultFigures,
     /// The jobs whose lease ran out, once for each time.
     pub redelivered: Vec<u32>,
+    /// The jobs two workers ran to their end.
+    pub ran_twice: Vec<u32>,
 }
 
 /// The run's records from its attempts (the plan's, then any retries) and
@@ -846,11 +877,11 @@ pub fn records(
         found_idle[job as usize] = false;
     }
     faults.redelivered = redelivered.len() as u64;
-    faults.ran_twice = jobs
-        .iter()
-        .zip(&refused_finish)
-        .filter(|(j, refused)| **refused && matches!(j.fate, Fate::Ran | Fate::Wasted))
-        .count() as u64;
+    let ran_twice: Vec<u32> = (0..jobs.len())
+        .filter(|&i| refused_finish[i] && matches!(jobs[i].fate, Fate::Ran | Fate::Wasted))
+        .map(|i| i as u32)
+        .collect();
+    faults.ran_twice = ran_twice.len() as u64;
     if let Some(j) = jobs
         .iter()
         .find(|j| j.fate == Fate::Pending || j.enqueued == NEVER)
@@ -863,5 +894,6 @@ pub fn records(
         end,
         faults,
         redelivered,
+        ran_twice,
     })
 }

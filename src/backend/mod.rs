@@ -135,6 +135,9 @@ pub struct RunRecord {
     /// On a queue with leases: the jobs whose lease ran out, once for each
     /// time (their records keep the start that finished them).
     pub redelivered: Vec<u32>,
+    /// On a queue with leases: the jobs two workers ran to their end (the
+    /// first's finish refused).
+    pub ran_twice: Vec<u32>,
 }
 
 /// Why a run has no record.
@@ -219,6 +222,7 @@ impl Backend for InProcess {
             queue: None,
             late,
             redelivered: Vec::new(),
+            ran_twice: Vec::new(),
         })
     }
 }

@@ -8,8 +8,9 @@ use hdrhistogram::Histogram;
 use crate::engine::load::secs_to_ns;
 use crate::engine::{JobRecord, NEVER, Nanos, Pool, RunStats};
 use crate::results::{
-    ClassFigures, Delivery, Fairness, FaultFigures, Figures, OccupancyTrace, QueueFigures,
-    RawHistograms, RawRun, Refused, RunResult, Slowdown, StrategyResults, TenantFigures,
+    ClassFaults, ClassFigures, Delivery, Fairness, FaultFigures, Figures, OccupancyTrace,
+    QueueFigures, RawHistograms, RawRun, Refused, RunResult, Slowdown, StrategyResults,
+    TenantFigures,
 };
 use crate::scenario::{Population, Scenario, Strategy};
 use crate::stats::{
@@ -501,7 +502,30 @@ fn combine_faults(qs: &[&QueueFigures], pick: Pick) -> Option<FaultFigures> {
         dropped_connections: count(&|x| x.dropped_connections),
         lost: count(&|x| x.lost),
         restart_ms: f(&|x| x.restart_ms),
+        by_class: combine_class_faults(&fs, pick),
     })
+}
+
+/// `pick` of each class's struck jobs across runs (a run without a class
+/// counts 0 for it); classes left with none left out.
+fn combine_class_faults(fs: &[&FaultFigures], pick: Pick) -> BTreeMap<String, ClassFaults> {
+    let count = |get: &dyn Fn(&FaultFigures) -> u64| {
+        pick_all(fs.iter().map(|x| get(x) as f64), pick).round() as u64
+    };
+    let names: std::collections::BTreeSet<&String> =
+        fs.iter().flat_map(|x| x.by_class.keys()).collect();
+    names
+        .into_iter()
+        .map(|name| {
+            let of = |x: &FaultFigures| x.by_class.get(name).copied().unwrap_or_default();
+            let c = ClassFaults {
+                redelivered: count(&|x| of(x).redelivered),
+                ran_twice: count(&|x| of(x).ran_twice),
+            };
+            (name.clone(), c)
+        })
+        .filter(|(_, c)| *c != ClassFaults::default())
+        .collect()
 }
 
 /// `pick` of each delivery figure across runs.
@@ -622,4 +646,60 @@ fn mean_idle(worker_ns: u128, ns: Nanos) -> f64 {
 
 fn ns_to_s(ns: Nanos) -> f64 {
     ns as f64 / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn struck(classes: &[(&str, u64, u64)]) -> FaultFigures {
+        FaultFigures {
+            by_class: classes
+                .iter()
+                .map(|&(name, redelivered, ran_twice)| {
+                    let c = ClassFaults {
+                        redelivered,
+                        ran_twice,
+                    };
+                    (name.to_string(), c)
+                })
+                .collect(),
+            ..FaultFigures::default()
+        }
+    }
+
+    #[test]
+    fn a_class_struck_in_some_runs_counts_zero_in_the_others() {
+        let runs = [
+            struck(&[("noisy", 8, 4), ("normal", 2, 1)]),
+            struck(&[("noisy", 6, 2)]),
+            struck(&[("noisy", 9, 5), ("normal", 4, 0)]),
+        ];
+        let fs: Vec<&FaultFigures> = runs.iter().collect();
+        let median = combine_class_faults(&fs, Pick::Median);
+        assert_eq!(
+            median["noisy"],
+            ClassFaults {
+                redelivered: 8,
+                ran_twice: 4
+            }
+        );
+        assert_eq!(
+            median["normal"],
+            ClassFaults {
+                redelivered: 2,
+                ran_twice: 0
+            }
+        );
+        // The least struck run of each class: normal's is the run without it.
+        let min = combine_class_faults(&fs, Pick::Min);
+        assert_eq!(
+            min["noisy"],
+            ClassFaults {
+                redelivered: 6,
+                ran_twice: 2
+            }
+        );
+        assert!(!min.contains_key("normal"), "{min:?}");
+    }
 }

@@ -158,7 +158,7 @@ pub fn lease_table(results: &LabResults, style: TableStyle) -> Option<Table> {
     let rows: Vec<_> = results
         .strategies
         .iter()
-        .filter_map(|s| Some((s, s.median.queue.as_ref()?.faults?)))
+        .filter_map(|s| Some((s, s.median.queue.as_ref()?.faults.as_ref()?)))
         .collect();
     if rows.is_empty() {
         return None;
@@ -175,6 +175,7 @@ pub fn lease_table(results: &LabResults, style: TableStyle) -> Option<Table> {
         "Connections dropped",
         "Lost",
         "Restart",
+        "Redelivered / ran twice by class",
     ]);
     for (s, f) in rows {
         table.add_row(vec![
@@ -191,14 +192,28 @@ pub fn lease_table(results: &LabResults, style: TableStyle) -> Option<Table> {
             } else {
                 "—".to_string()
             },
+            by_class(f),
         ]);
     }
     right_align(&mut table);
     Some(table)
 }
 
+/// "noisy 8 / 4, normal 2 / 1": each struck class's redelivered and ran
+/// twice; "—" with none.
+fn by_class(f: &crate::results::FaultFigures) -> String {
+    if f.by_class.is_empty() {
+        return "—".to_string();
+    }
+    f.by_class
+        .iter()
+        .map(|(name, c)| format!("{name} {} / {}", c.redelivered, c.ran_twice))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What the lease table's columns mean.
-pub const LEASE_NOTE: &str = "a take leases its job to the worker; a job whose worker went quiet past its lease went back to the front of its tenant's queue (redelivered); ran twice: its first worker finished it too, and that finish was refused; lost: jobs the server had accepted and no longer held after a restart; restart: the longest, from the kill until the server answered again, its file loaded";
+pub const LEASE_NOTE: &str = "a take leases its job to the worker; a job whose worker went quiet past its lease went back to the front of its tenant's queue (redelivered); ran twice: its first worker finished it too, and that finish was refused; lost: jobs the server had accepted and no longer held after a restart; restart: the longest, from the kill until the server answered again, its file loaded; by class: each class's redelivered and ran-twice jobs (medians taken class by class)";
 
 /// Per class, per strategy: waits, slowdown, counts, tokens and done time
 /// (medians of the runs).

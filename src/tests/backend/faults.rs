@@ -158,6 +158,12 @@ fn smoke_lab_with(faults: &str) -> Vec<(String, FaultFigures)> {
         let f = record.queue.unwrap().faults.expect("a lease on Redis");
         assert_eq!(f.lease_ms, 60.0);
         assert_eq!(f.redelivered, record.redelivered.len() as u64);
+        // Each struck job counted once, in its class.
+        let sum = |get: fn(&noisylab::results::ClassFaults) -> u64| {
+            f.by_class.values().map(get).sum::<u64>()
+        };
+        assert_eq!(sum(|c| c.redelivered), f.redelivered, "{f:?}");
+        assert_eq!(sum(|c| c.ran_twice), f.ran_twice, "{f:?}");
         out.push((def.name.clone(), f));
     }
     out
