@@ -89,8 +89,9 @@
 --                        a token once `expect` is reached
 --
 -- Cost. fair: O(1) a call; fifo, vtc, a cap with lending: O(log tenants)
--- (a few sorted-set operations); leases add O(log running) a call; never
--- a scan over tenants or jobs. Keys are built from the prefix rather than
+-- (a few sorted-set operations); leases add O(log running) a call; key
+-- turns and watch add O(1) (list and hash operations; a take skips the
+-- cancelled jobs it meets, each once); never a scan over tenants or jobs. Keys are built from the prefix rather than
 -- passed in KEYS: for one server, not a cluster.
 --
 -- The same rules as noisylab's in-process schedulers (src/sched/), which
@@ -278,26 +279,26 @@ end
 -- Queue a job (of `cost`, for vtc), or refuse it when its tenant has
 -- `limit` waiting. Returns true, or false and the tenant's waiting count.
 local function push(P, c, t, job, cost, key)
-  local waiting = append(P, c, t, job, key)
-  if waiting >= c.limit then return false, waiting end
+  local w = append(P, c, t, job, key) -- waiting before
+  if w >= c.limit then return false, w end
   redis.call('INCR', P .. 'queued')
   if c.watch then redis.call('HSET', P .. 'wait', job, 1) end
   if c.queue == 'vtc' then
     if cost then redis.call('HSET', P .. 'cost', job, cost) end
-    if waiting == 0 then lift(P, t) end
+    if w == 0 then lift(P, t) end
   end
   local r = 0
   if c.cap ~= NO_CAP then
     r = running(P, t)
-    runnable(P, c, waiting, r, waiting + 1, r)
+    runnable(P, c, w, r, w + 1, r)
   end
-  if waiting == 0 and r < c.cap then
+  if w == 0 and r < c.cap then
     if c.queue == 'fair' then
       redis.call('RPUSH', P .. 'fresh', t)
     else
       ready(P, c, t, job)
     end
-  elseif waiting == 0 and c.reserve >= 0 then
+  elseif w == 0 and c.reserve >= 0 then
     redis.call('ZADD', P .. 'capped', job, t)
   end
   return true
