@@ -478,6 +478,8 @@ impl<W: Wire> Coordinator<W> {
         let (take_rtt, hold_late) = self.end_workers().map_err(failed)?;
         let stamps = self.wire.stamps().map_err(failed)?;
         let n = input.plan.len() as f64;
+        // The attempts move into the records; the clients still name them.
+        let attempts = std::mem::take(&mut clients.jobs);
         let index = |id: u32| clients.index(id);
         let Rebuilt {
             jobs,
@@ -486,7 +488,7 @@ impl<W: Wire> Coordinator<W> {
             faults: mut leases,
             redelivered,
             ran_twice,
-        } = records(clients.jobs.clone(), index, &stamps, t0_us).map_err(failed)?;
+        } = records(attempts, index, &stamps, t0_us).map_err(failed)?;
         leases.injected = faults.injected;
         leases.dropped_connections = faults.dropped;
         leases.restart_ms = self.restart_max.as_secs_f64() * 1e3;

@@ -69,9 +69,12 @@ pub fn render(files: &[&LabResults], reference: &Reference, style: TableStyle) -
             "Strategy".to_string(),
             format!("Post ({})", reference.machine),
         ];
-        header.extend(files.iter().map(|r| match named {
-            true => format!("{}: {}", r.scenario.name, heading(r)),
-            false => heading(r),
+        header.extend(files.iter().map(|r| {
+            if named {
+                format!("{}: {}", r.scenario.name, heading(r))
+            } else {
+                heading(r)
+            }
         }));
         if files.len() > 1 {
             header.push("Across the files".to_string());

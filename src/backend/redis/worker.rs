@@ -5,10 +5,11 @@
 //!
 //! A connection the server drops (or a server restarted) is made again,
 //! with backoff, and the call it was in is sent again (a server still
-//! loading its file is asked again the same way): a blocking pop or a read repeats as it was; a
-//! take repeated may leave the job the lost reply carried leased to nobody
-//! (its lease runs out and it goes back to its queue); a finish repeated
-//! after it went through is known by its lease (see `noisylab.lua`).
+//! loading its file is asked again the same way): a blocking pop or a read
+//! repeats as it was; a take repeated may leave the job the lost reply
+//! carried leased to nobody (its lease runs out and it goes back to its
+//! queue); a finish repeated after it went through is known by its lease
+//! (see `noisylab.lua`).
 
 use std::time::{Duration, Instant};
 
