@@ -103,7 +103,7 @@ pub struct BackendSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fsync: Option<bool>,
     /// A Redis server of the lab's own: keep an append-only file
-    /// (`appendfsync everysec`), to measure what it costs; on by itself
+    /// (`appendfsync always`), to measure what it costs; on by itself
     /// where a fault restarts the server (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub append_only: Option<bool>,

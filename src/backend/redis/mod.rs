@@ -388,7 +388,7 @@ impl Wire for RedisWire {
         self.server
             .as_ref()
             .filter(|s| s.persists())
-            .map(|_| "append-only file, fsync every second".to_string())
+            .map(|_| "append-only file, fsync on every write".to_string())
     }
 
     fn promise(&self) -> &'static str {

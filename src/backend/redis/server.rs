@@ -1,6 +1,6 @@
 //! A Redis server of the lab's own: `redis-server` on a free loopback port,
 //! in a temp folder, persistence off (or, for a lab that restarts it, an
-//! append-only file, `appendfsync everysec`); stopped when dropped (success,
+//! append-only file, `appendfsync always`); stopped when dropped (success,
 //! error or Ctrl-C alike), and told to stop with noisylab if noisylab is
 //! killed.
 
@@ -22,9 +22,8 @@ const START_DEADLINE: Duration = Duration::from_secs(10);
 
 /// What a server started with an append-only file promises across a
 /// restart.
-pub const PROMISE: &str = "Redis with appendonly yes and appendfsync everysec writes every \
-     change to its file before it replies, so a crash of the server's process loses nothing it \
-     acknowledged; a crash of the machine may lose the last second";
+pub const PROMISE: &str = "Redis with appendonly yes and appendfsync always writes and syncs \
+     every change to its file before it replies, so a crash loses nothing it acknowledged";
 
 /// A running server that this process started.
 #[derive(Debug)]
@@ -125,7 +124,7 @@ fn spawn(exe: &Path, port: u16, dir: &Path, persist: bool) -> Result<Child> {
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--daemonize", "no", "--loglevel", "warning"])
         .args(["--appendonly", if persist { "yes" } else { "no" }])
-        .args(["--appendfsync", "everysec"])
+        .args(["--appendfsync", "always"])
         .arg("--dir")
         .arg(dir)
         .arg("--logfile")
