@@ -111,6 +111,7 @@ async fn measure_dispatch(jobs: u32) -> Percentiles {
         model_overshoot_ns: 0,
         reserve: None,
         by_key: false,
+        faults: None,
         traffic: None,
     };
     let plan: Vec<JobRecord> = (0..u64::from(jobs))

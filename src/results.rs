@@ -100,13 +100,15 @@ pub struct QueueFigures {
     /// Write-ahead log bytes per job planned (PostgreSQL).
     #[serde(default)]
     pub wal_bytes_per_job: Option<f64>,
-    /// Where takes hold leases: what faults did (absent where the server
-    /// gives no lease, and in files from before leases).
+    /// What faults did, in files from before [`Figures::faults`] (later
+    /// files keep them there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub faults: Option<FaultFigures>,
 }
 
-/// A run's leases and faults on a queue server, from the server's stamps.
+/// A run's leases and faults: on a queue server, from the server's stamps;
+/// in this process, simulated on the pool's workers (nothing is lost
+/// there, and `restart_ms` is the time the server was taken to be away).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultFigures {
@@ -257,6 +259,20 @@ pub struct Figures {
     /// On a real queue: what the server cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueFigures>,
+    /// Where takes hold leases: what faults did, on a server or simulated
+    /// in this process (files from before the simulation keep a server's
+    /// under `queue`: read them with [`Figures::fault_figures`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults: Option<FaultFigures>,
+}
+
+impl Figures {
+    /// What faults did, wherever the file keeps it.
+    pub fn fault_figures(&self) -> Option<&FaultFigures> {
+        self.faults
+            .as_ref()
+            .or_else(|| self.queue.as_ref()?.faults.as_ref())
+    }
 }
 
 /// Every job's fate from its clients' side, with retries (files from

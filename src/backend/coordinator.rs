@@ -17,11 +17,11 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::clients::{Clients, Due};
 use super::faults::{Action, Injector};
-use super::{Backend, RunError, RunInput, RunRecord, ServerKind};
+use super::{Backend, RunError, RunInput, RunRecord, ServerKind, by_class};
 use crate::engine::clock::sleep_until_blocking;
 use crate::engine::traffic::Refusal;
 use crate::engine::{Fate, JobRecord, NEVER, Nanos, stats_from_records};
-use crate::results::{BackendFacts, ClassFaults, FaultFigures, QueueFigures};
+use crate::results::{BackendFacts, FaultFigures, QueueFigures};
 use crate::scenario::faults::default_lease_ns;
 use crate::scenario::{Queue, Strategy};
 use crate::stats::{decode_histogram, new_histogram, percentiles, record};
@@ -501,12 +501,13 @@ impl<W: Wire> Coordinator<W> {
             calls_per_job: cost.calls as f64 / n,
             bytes_per_job: cost.bytes.map(|b| b as f64 / n),
             wal_bytes_per_job: cost.wal_bytes.map(|b| b as f64 / n),
-            faults: setup.lease_us.map(|us| FaultFigures {
-                lease_ms: us as f64 / 1e3,
-                by_class: by_class(input.scenario, &jobs, &redelivered, &ran_twice),
-                ..leases
-            }),
+            faults: None, // the run's own, below
         };
+        let faults = setup.lease_us.map(|us| FaultFigures {
+            lease_ms: us as f64 / 1e3,
+            by_class: by_class(input.scenario, &jobs, &redelivered, &ran_twice),
+            ..leases
+        });
         let mut stats = stats_from_records(input.pool, &jobs, &found_idle, end);
         stats.retry_after_s_max = submitted.retry_after_s_max;
         Ok(RunRecord {
@@ -516,6 +517,7 @@ impl<W: Wire> Coordinator<W> {
             late: None,
             redelivered,
             ran_twice,
+            faults,
         })
     }
 
@@ -771,32 +773,6 @@ pub fn lease_ns(input: &RunInput<'_>) -> Nanos {
         Some(s) => (s * 1e9).round() as Nanos,
         None => default_lease_ns(input.plan.iter().map(|j| j.duration)),
     }
-}
-
-/// Each class's share of the jobs `redelivered` and `ran_twice` (indices
-/// into `jobs`, once for each time), by class name; classes with none left
-/// out.
-pub fn by_class(
-    scenario: &crate::scenario::Scenario,
-    jobs: &[JobRecord],
-    redelivered: &[u32],
-    ran_twice: &[u32],
-) -> std::collections::BTreeMap<String, ClassFaults> {
-    let population = scenario.population();
-    let mut out = std::collections::BTreeMap::<String, ClassFaults>::new();
-    let mut count = |i: u32, f: fn(&mut ClassFaults)| {
-        let class = population.class_of[jobs[i as usize].tenant as usize] as usize;
-        f(out
-            .entry(population.classes[class].name.clone())
-            .or_default());
-    };
-    for &i in redelivered {
-        count(i, |c| c.redelivered += 1);
-    }
-    for &i in ran_twice {
-        count(i, |c| c.ran_twice += 1);
-    }
-    out
 }
 
 /// A run rebuilt from the server's stamps.

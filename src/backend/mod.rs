@@ -33,7 +33,7 @@ use std::sync::atomic::AtomicBool;
 use crate::engine::clock::{Drivers, RealClock, Timer, VirtualClock, runtime};
 use crate::engine::lateness::Lateness;
 use crate::engine::{self, JobRecord, Pool, RunStats};
-use crate::results::{BackendFacts, QueueFigures};
+use crate::results::{BackendFacts, ClassFaults, FaultFigures, QueueFigures};
 use crate::scenario::{Scenario, Strategy};
 use crate::sched::AnyScheduler;
 
@@ -138,6 +138,9 @@ pub struct RunRecord {
     /// On a queue with leases: the jobs two workers ran to their end (the
     /// first's finish refused).
     pub ran_twice: Vec<u32>,
+    /// With leases: what the faults did (on a server, from its stamps; in
+    /// this process, simulated).
+    pub faults: Option<FaultFigures>,
 }
 
 /// Why a run has no record.
@@ -192,6 +195,7 @@ impl InProcess {
 impl Backend for InProcess {
     fn run(&mut self, input: RunInput<'_>, stop: &AtomicBool) -> Result<RunRecord, RunError> {
         let RunInput {
+            scenario,
             pool,
             plan,
             seed,
@@ -216,15 +220,81 @@ impl Backend for InProcess {
                 (jobs, stats, clock.lateness())
             }
         };
+        let (redelivered, ran_twice, faults) = match &stats.faults {
+            Some(tally) => simulated_faults(scenario, &jobs, tally),
+            None => (Vec::new(), Vec::new(), None),
+        };
         Ok(RunRecord {
             jobs,
             stats,
             queue: None,
             late,
-            redelivered: Vec::new(),
-            ran_twice: Vec::new(),
+            redelivered,
+            ran_twice,
+            faults,
         })
     }
+}
+
+/// Each class's share of the jobs `redelivered` and `ran_twice` (indices
+/// into `jobs`, once for each time), by class name; classes with none left
+/// out.
+pub fn by_class(
+    scenario: &crate::scenario::Scenario,
+    jobs: &[JobRecord],
+    redelivered: &[u32],
+    ran_twice: &[u32],
+) -> std::collections::BTreeMap<String, ClassFaults> {
+    let population = scenario.population();
+    let mut out = std::collections::BTreeMap::<String, ClassFaults>::new();
+    let mut count = |i: u32, f: fn(&mut ClassFaults)| {
+        let class = population.class_of[jobs[i as usize].tenant as usize] as usize;
+        f(out
+            .entry(population.classes[class].name.clone())
+            .or_default());
+    };
+    for &i in redelivered {
+        count(i, |c| c.redelivered += 1);
+    }
+    for &i in ran_twice {
+        count(i, |c| c.ran_twice += 1);
+    }
+    out
+}
+
+/// What simulated faults did, as a server's stamps would say it: the jobs
+/// redelivered, those run twice (a finish refused, and the job finished
+/// again), and the figures.
+fn simulated_faults(
+    scenario: &Scenario,
+    jobs: &[JobRecord],
+    tally: &engine::faults::FaultTally,
+) -> (Vec<u32>, Vec<u32>, Option<FaultFigures>) {
+    let mut ran_twice: Vec<u32> = tally
+        .refused
+        .iter()
+        .copied()
+        .filter(|&i| {
+            matches!(
+                jobs[i as usize].fate,
+                engine::Fate::Ran | engine::Fate::Wasted
+            )
+        })
+        .collect();
+    ran_twice.sort_unstable();
+    ran_twice.dedup();
+    let figures = FaultFigures {
+        lease_ms: tally.lease_ns as f64 / 1e6,
+        injected: tally.injected,
+        redelivered: tally.redelivered.len() as u64,
+        ran_twice: ran_twice.len() as u64,
+        late_finishes_refused: tally.refused.len() as u64,
+        dropped_connections: tally.dropped,
+        lost: 0,
+        restart_ms: tally.restart_ns as f64 / 1e6,
+        by_class: by_class(scenario, jobs, &tally.redelivered, &ran_twice),
+    };
+    (tally.redelivered.clone(), ran_twice, Some(figures))
 }
 
 /// Drive a future that never waits on I/O or timers (a virtual-clock run)

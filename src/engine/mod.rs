@@ -12,6 +12,7 @@
 //!   with no thread hop or channel between enqueue and start.
 
 pub mod clock;
+pub mod faults;
 pub mod lateness;
 pub mod limiter;
 pub mod load;
@@ -155,6 +156,9 @@ pub struct Pool {
     /// Rate limits, budgets, the provider's limits and retrying clients;
     /// `None` where the scenario has none (every job sent once).
     pub traffic: Option<std::sync::Arc<TrafficPlan>>,
+    /// Faults on the pool's worker processes and the server, simulated
+    /// ([`faults`]); `None` where the scenario has none.
+    pub faults: Option<std::sync::Arc<faults::FaultPlan>>,
 }
 
 impl Pool {
@@ -202,6 +206,9 @@ pub struct RunStats {
     pub samples: Vec<Sample>,
     /// When the last job finished (or the last arrival, if later).
     pub end: Nanos,
+    /// What simulated faults did (`None`: the run had none, or ran on a
+    /// server, whose records say it).
+    pub faults: Option<faults::FaultTally>,
 }
 
 /// The run was stopped from outside (Ctrl-C) before it finished.
@@ -234,6 +241,10 @@ pub async fn run<C: Clock, S: Scheduler>(
         job.origin = i as JobId;
     }
     let unique = plan.len();
+    let faults = pool
+        .faults
+        .as_deref()
+        .map(|f| faults::Faults::new(f, pool.workers, plan.iter().map(|j| j.duration)));
     let mut engine = Engine {
         clock,
         pool,
@@ -265,7 +276,9 @@ pub async fn run<C: Clock, S: Scheduler>(
             idle_worker_ns_while_waiting_in_traffic: 0,
             samples: Vec::new(),
             end: 0,
+            faults: None,
         },
+        faults,
     };
     engine.run(stop).await?;
     Ok(engine.finish())
@@ -308,8 +321,9 @@ struct Engine<'a, C, S> {
     pool: &'a Pool,
     sched: &'a mut S,
     jobs: Vec<JobRecord>,
-    /// Running jobs by completion instant (ties by job id, for determinism).
-    running: BinaryHeap<Reverse<(Nanos, JobId)>>,
+    /// Running jobs by completion instant (ties by job id, for
+    /// determinism), with the worker that holds each (0 without faults).
+    running: BinaryHeap<Reverse<(Nanos, JobId, u32)>>,
     idle: u32,
     /// Index of the next planned arrival.
     next: usize,
@@ -318,6 +332,8 @@ struct Engine<'a, C, S> {
     occupancy: Occupancy,
     clients: Option<Clients<'a>>,
     stats: RunStats,
+    /// The pool's workers and the server through simulated faults.
+    faults: Option<faults::Faults>,
 }
 
 /// The next event a run handles, earliest first; on a tie a completion
@@ -326,6 +342,7 @@ struct Engine<'a, C, S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Completion,
+    Fault,
     Timeout,
     Retry,
     Arrival,
@@ -344,6 +361,7 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 match self.next_event() {
                     Some((at, event)) if at <= now => match event {
                         Event::Completion => self.complete(now),
+                        Event::Fault => self.fault(now),
                         Event::Timeout => self.time_out(now),
                         Event::Retry => self.resend(now),
                         Event::Arrival => self.arrive(now),
@@ -372,6 +390,11 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     fn next_event(&mut self) -> Option<(Nanos, Event)> {
         self.prune_timeouts();
         let peek = |h: &BinaryHeap<Reverse<(Nanos, JobId)>>| h.peek().map(|Reverse((at, _))| *at);
+        // A call to the server waits while a simulated restart lasts.
+        let server = |at: Option<Nanos>| match &self.faults {
+            Some(f) => at.map(|at| f.server_at(at)),
+            None => at,
+        };
         let mut next = None;
         let mut consider = |at: Option<Nanos>, e: Event| {
             if let Some(at) = at
@@ -380,15 +403,27 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 next = Some((at, e));
             }
         };
-        consider(peek(&self.running), Event::Completion);
+        consider(
+            self.running.peek().map(|Reverse((at, ..))| *at),
+            Event::Completion,
+        );
         if let Some(c) = &self.clients {
-            consider(peek(&c.timeouts), Event::Timeout);
-            consider(peek(&c.retries), Event::Retry);
+            consider(server(peek(&c.timeouts)), Event::Timeout);
+            consider(server(peek(&c.retries)), Event::Retry);
         }
         consider(
-            self.jobs[..self.unique].get(self.next).map(|j| j.planned),
+            server(self.jobs[..self.unique].get(self.next).map(|j| j.planned)),
             Event::Arrival,
         );
+        // Faults go on while work remains (as on a server, where the run
+        // ends with its last job and the faults not begun are dropped).
+        if let Some(f) = &self.faults
+            && (next.is_some() || self.sched.queued() > 0 || f.leases_out())
+            && let Some(at) = f.next_at()
+            && next.is_none_or(|n| (at, Event::Fault) < n)
+        {
+            next = Some((at, Event::Fault));
+        }
         next
     }
 
@@ -397,9 +432,18 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     }
 
     fn complete(&mut self, now: Nanos) {
-        let Reverse((due, id)) = self.running.pop().expect("a completion is due");
+        let Reverse((due, id, worker)) = self.running.pop().expect("a completion is due");
         self.clock.handled(due, now, lateness::Late::Job);
         self.occupancy.advance(now, self.idle);
+        if let Some(f) = &mut self.faults
+            && f.report(worker) == faults::Report::Refused
+        {
+            // Its lease had run out and the job went back to its queue:
+            // the finish is refused, and the worker takes work again.
+            self.idle += 1;
+            self.dispatch();
+            return;
+        }
         let job = &mut self.jobs[id as usize];
         let (tenant, queue, out) = (job.tenant, job.queue(self.pool.by_key), job.tokens_out);
         if job.fate == Fate::Refused(Refusal::Provider) {
@@ -421,11 +465,29 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         self.dispatch();
     }
 
+    /// A simulated fault's event is due: an action on the pool or the
+    /// server, a lease run out (its job back in its queue), or a worker
+    /// back to take work.
+    fn fault(&mut self, now: Nanos) {
+        self.occupancy.advance(now, self.idle);
+        let f = self.faults.as_mut().expect("fault events come with faults");
+        let step = f.step(now, &mut self.running);
+        self.idle = f.idle();
+        if let faults::Step::Requeue { id, ticket } = step {
+            let job = self.jobs[id as usize];
+            self.occupancy.finished(self.is_burst(job.tenant));
+            self.occupancy.queued += 1;
+            self.sched.requeue(job.queue(self.pool.by_key), ticket);
+        }
+        self.dispatch();
+    }
+
     fn arrive(&mut self, now: Nanos) {
         let id = self.next;
         self.next += 1;
-        self.clock
-            .handled(self.jobs[id].planned, now, lateness::Late::Arrival);
+        let due = self.jobs[id].planned;
+        let due = self.faults.as_ref().map_or(due, |f| f.server_at(due));
+        self.clock.handled(due, now, lateness::Late::Arrival);
         self.submit(now, id as JobId);
     }
 
@@ -610,7 +672,8 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 if reject_ns > 0 {
                     // The refusal holds the worker; see `complete`.
                     self.jobs[id as usize].started = started;
-                    self.running.push(Reverse((started + reject_ns, id)));
+                    let w = self.hand(id, ticket, started, reject_ns);
+                    self.running.push(Reverse((started + reject_ns, id, w)));
                     self.idle -= 1;
                 } else {
                     self.occupancy.finished(burst);
@@ -621,11 +684,20 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
             }
             self.jobs[id as usize].started = started;
             let hold = job.duration + self.clock.model_overshoot(self.pool);
+            let w = self.hand(id, ticket, started, hold);
             self.running
-                .push(Reverse((started.saturating_add(hold), id)));
+                .push(Reverse((started.saturating_add(hold), id, w)));
             self.idle -= 1;
             self.occupancy.started(burst);
         }
+    }
+
+    /// The worker that takes attempt `id` (0 without simulated faults,
+    /// where workers have no identity).
+    fn hand(&mut self, id: JobId, ticket: JobId, started: Nanos, hold: Nanos) -> u32 {
+        self.faults
+            .as_mut()
+            .map_or(0, |f| f.assign(id, ticket, started, hold))
     }
 
     /// Seconds until a tenant with `waiting` jobs queued has drained them at
@@ -641,6 +713,7 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         self.stats.idle_worker_ns_while_waiting_in_traffic =
             self.occupancy.idle_worker_ns_in_traffic;
         self.stats.samples = std::mem::take(&mut self.occupancy.samples);
+        self.stats.faults = self.faults.take().map(|f| f.tally);
         if let Some(c) = &self.clients {
             self.stats.provider_saturated_ns = c.saturated.total;
             self.stats.provider_saturated_ns_by_class =
@@ -723,6 +796,7 @@ pub fn stats_from_records(
         idle_worker_ns_while_waiting_in_traffic: occupancy.idle_worker_ns_in_traffic,
         samples: occupancy.samples,
         end,
+        faults: None,
     }
 }
 

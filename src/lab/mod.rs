@@ -15,6 +15,7 @@ pub mod summary;
 pub mod warnings;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -24,7 +25,8 @@ use crate::backend::{
     Backend, InProcess, QueueBackend, RunError, RunInput, ServerKind, Target, block_on_ready,
 };
 use crate::calibrate::{self, CalibratePlan};
-use crate::engine::{self, JobRecord, Pool, RunStats, Timer, VirtualClock, load};
+use crate::engine::faults::FaultPlan;
+use crate::engine::{self, JobRecord, Nanos, Pool, RunStats, Timer, VirtualClock, load};
 use crate::machine::Machine;
 use crate::output::progress::Progress;
 use crate::results::{ClockKind, LabResults, RealFacts, RunResult, SCHEMA_VERSION};
@@ -70,7 +72,29 @@ pub fn pool_for(scenario: &Scenario, strategy: &Strategy) -> Pool {
         reserve: strategy.reserve,
         by_key: population.by_key(strategy),
         traffic: limits::traffic_plan(scenario, strategy),
+        faults: fault_plan(scenario, 0),
     }
+}
+
+/// The scenario's `[[fault]]` as the engine simulates them (`None`: it has
+/// none), the server's restarts each `restart_ns` longer than their
+/// `duration_s` (0 for the model). The pool is split into the worker
+/// processes a lab on a server would start.
+pub fn fault_plan(scenario: &Scenario, restart_ns: Nanos) -> Option<Arc<FaultPlan>> {
+    if scenario.fault.is_empty() {
+        return None;
+    }
+    let processes = scenario
+        .backend
+        .as_ref()
+        .and_then(|b| b.processes)
+        .filter(|&p| p > 0);
+    Some(Arc::new(FaultPlan {
+        processes: crate::backend::coordinator::processes_for(scenario.workers, processes),
+        lease_ns: scenario.lease_s.map(load::secs_to_ns),
+        restart_ns,
+        faults: scenario.fault.clone(),
+    }))
 }
 
 /// Run one strategy once on the virtual clock. Deterministic for a seed.
@@ -245,17 +269,30 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
     })
 }
 
+/// In this process: faults are simulated on the virtual clock only, and
+/// not beside a provider (whose refusal holds a worker but is no job).
+fn check_simulated_faults(plan: &LabPlan) -> Result<()> {
+    let s = &plan.scenario;
+    if !s.fault.is_empty() && s.provider.is_some() {
+        anyhow::bail!(
+            "[[fault]] beside [provider] is not simulated: a provider's refusal holds a \
+             worker but is no job to hand back; drop one of them"
+        );
+    }
+    if !s.fault.is_empty() && plan.clock == ClockKind::Real {
+        anyhow::bail!(
+            "[[fault]] on real timers strikes worker processes on a queue server: run it with \
+             --backend redis, or simulate it on the virtual clock (--clock virtual)"
+        );
+    }
+    Ok(())
+}
+
 /// One line, before anything starts, for a lab its backend cannot run.
 fn check_backend(plan: &LabPlan) -> Result<()> {
     let s = &plan.scenario;
     let QueueBackend::Server(server) = &plan.backend else {
-        if !s.fault.is_empty() {
-            anyhow::bail!(
-                "[[fault]] runs on a queue server (--backend redis): the in-process lab does not \
-                 simulate faults yet"
-            );
-        }
-        return Ok(());
+        return check_simulated_faults(plan);
     };
     let (kind, name) = (server.server.name(), server.server.title());
     if !s.fault.is_empty() {
@@ -393,6 +430,7 @@ fn run_once(
         plan.keep_raw,
     );
     run.figures.queue = record.queue;
+    run.figures.faults = record.faults;
     run.late = record.late;
     Ok(run)
 }

@@ -118,7 +118,8 @@ pub fn run(
         tenants: per_tenant.figures(&population, scenario.alert_p95_ms),
         fairness,
         delivery: delivery.total,
-        queue: None, // a real queue's backend adds its own
+        queue: None,  // a real queue's backend adds its own
+        faults: None, // so do faults
     };
     let raw = keep_raw.then(|| raw_run(&m, pool, jobs, stats, &per_tenant));
     RunResult {
@@ -457,6 +458,7 @@ fn combine(runs: &[&Figures], pick: Pick) -> Figures {
         },
         delivery: combine_delivery(runs.iter().map(|r| &r.delivery), pick),
         queue: combine_queue(runs, pick),
+        faults: combine_faults(runs, pick),
     }
 }
 
@@ -481,13 +483,13 @@ fn combine_queue(runs: &[&Figures], pick: Pick) -> Option<QueueFigures> {
         calls_per_job: f(&|q| q.calls_per_job),
         bytes_per_job: opt(&|q| q.bytes_per_job),
         wal_bytes_per_job: opt(&|q| q.wal_bytes_per_job),
-        faults: combine_faults(&qs, pick),
+        faults: None, // see combine_faults
     })
 }
 
 /// `pick` of each fault figure across the runs that have them.
-fn combine_faults(qs: &[&QueueFigures], pick: Pick) -> Option<FaultFigures> {
-    let fs: Vec<&FaultFigures> = qs.iter().filter_map(|q| q.faults.as_ref()).collect();
+fn combine_faults(runs: &[&Figures], pick: Pick) -> Option<FaultFigures> {
+    let fs: Vec<&FaultFigures> = runs.iter().filter_map(|r| r.fault_figures()).collect();
     if fs.is_empty() {
         return None;
     }

@@ -65,7 +65,7 @@ impl MarkdownExporter {
         if let Some(table) = super::table::lease_table(results, ASCII_MARKDOWN) {
             out.push_str(&format!(
                 "\nLeases and faults (medians of the runs; {}):\n\n",
-                super::table::LEASE_NOTE
+                super::table::lease_note(results)
             ));
             out.push_str(&table.to_string());
             out.push('\n');

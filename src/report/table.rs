@@ -158,7 +158,7 @@ pub fn lease_table(results: &LabResults, style: TableStyle) -> Option<Table> {
     let rows: Vec<_> = results
         .strategies
         .iter()
-        .filter_map(|s| Some((s, s.median.queue.as_ref()?.faults.as_ref()?)))
+        .filter_map(|s| Some((s, s.median.fault_figures()?)))
         .collect();
     if rows.is_empty() {
         return None;
@@ -214,6 +214,16 @@ fn by_class(f: &crate::results::FaultFigures) -> String {
 
 /// What the lease table's columns mean.
 pub const LEASE_NOTE: &str = "a take leases its job to the worker; a job whose worker went quiet past its lease went back to the front of its tenant's queue (redelivered); ran twice: its first worker finished it too, and that finish was refused; lost: jobs the server had accepted and no longer held after a restart; restart: the longest, from the kill until the server answered again, its file loaded; by class: each class's redelivered and ran-twice jobs (medians taken class by class)";
+
+/// [`LEASE_NOTE`], and where the faults were simulated, what that means.
+pub fn lease_note(results: &LabResults) -> String {
+    if results.backend.is_some() {
+        return LEASE_NOTE.to_string();
+    }
+    format!(
+        "{LEASE_NOTE}; here the faults are simulated on the pool's workers (the model): nothing can be lost, and a restart is the time the server was taken to be away"
+    )
+}
 
 /// Per class, per strategy: waits, slowdown, counts, tokens and done time
 /// (medians of the runs).
@@ -517,11 +527,6 @@ impl Exporter for TableExporter {
                     out.push_str("\nThe queue's own cost (medians of the runs):\n");
                     out.push_str(&fit_terminal(table).to_string());
                 }
-                if let Some(table) = lease_table(results, UTF8_FULL_CONDENSED) {
-                    out.push_str("\nLeases and faults (medians of the runs):\n");
-                    out.push_str(&fit_terminal(table).to_string());
-                    out.push_str(&format!("\nLeases: {LEASE_NOTE}.\n"));
-                }
             }
             ClockKind::Virtual => {
                 out.push_str(
@@ -529,6 +534,11 @@ impl Exporter for TableExporter {
                 );
                 out.push_str(&fit_terminal(model_table(results, UTF8_FULL_CONDENSED)).to_string());
             }
+        }
+        if let Some(table) = lease_table(results, UTF8_FULL_CONDENSED) {
+            out.push_str("\nLeases and faults (medians of the runs):\n");
+            out.push_str(&fit_terminal(table).to_string());
+            out.push_str(&format!("\nLeases: {}.\n", lease_note(results)));
         }
         if has_workload(results) {
             out.push_str("\nPer class (medians of the runs):\n");

@@ -72,6 +72,7 @@ impl Scenario {
         for (i, f) in self.fault.iter().enumerate() {
             f.check().map_err(|m| (format!("fault[{i}]"), m))?;
         }
+        self.check_fault_overlaps()?;
         let jobs = self.jobs_per_run();
         if jobs > MAX_JOBS_PER_RUN {
             return fail(
@@ -385,6 +386,44 @@ impl Scenario {
                     );
                 }
                 seen.push((g, i));
+            }
+        }
+        Ok(())
+    }
+
+    /// A worker process is struck by one fault at a time: a kill or a
+    /// stop may not begin while another has it down (until its
+    /// replacement or continue; an instant counts as down).
+    fn check_fault_overlaps(&self) -> Result<(), (String, String)> {
+        let strikes: Vec<(usize, &super::Fault)> = self
+            .fault
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                matches!(
+                    f.kind,
+                    super::FaultKind::KillWorker | super::FaultKind::PauseWorker
+                )
+            })
+            .collect();
+        for &(i, a) in &strikes {
+            for &(j, b) in &strikes {
+                let end = a.at_s + a.duration();
+                if i != j
+                    && a.process() == b.process()
+                    && (a.at_s..=end).contains(&b.at_s)
+                    && (a.at_s, i) <= (b.at_s, j)
+                {
+                    return fail(
+                        &format!("fault[{j}]"),
+                        format!(
+                            "it strikes worker process {} at {} s, while fault[{i}] has it down from {} s to {end} s; one fault at a time on a process",
+                            b.process() + 1,
+                            b.at_s,
+                            a.at_s
+                        ),
+                    );
+                }
             }
         }
         Ok(())

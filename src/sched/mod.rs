@@ -57,6 +57,14 @@ pub trait Scheduler {
     /// run the scheduler is built with both instead; a run whose retries
     /// interleave with its plan tells it job by job.
     fn note(&mut self, _job: JobId, _cost: f64, _key: u32) {}
+    /// A running job of `tenant` goes back to be started again (its
+    /// worker's lease ran out): see [`AnyScheduler`]'s. Only the three
+    /// disciplines have it, not the reference scans.
+    fn requeue(&mut self, _tenant: TenantId, _job: JobId) {
+        unimplemented!(
+            "this scheduler cannot take a running job back (a run with faults needs fifo, fair or vtc)"
+        )
+    }
 }
 
 /// Limits shared by every discipline.
@@ -392,22 +400,6 @@ impl AnyScheduler {
         }
     }
 
-    /// A running job of `tenant` goes back to be started again (its
-    /// worker's lease ran out on a queue server): first of its tenant's
-    /// waiting jobs, no longer running, so its cap slot is free. `fifo`
-    /// serves it by its own arrival; `fair` first among its tenant's jobs,
-    /// the tenant a newcomer if it had nothing else waiting (back in the
-    /// ring if it was at its cap); `vtc` refunds the start's charge. The
-    /// queue servers' functions keep the same rule, and the tests hold them
-    /// to it. (The scans in [`naive`] have no such step.)
-    pub fn requeue(&mut self, tenant: TenantId, job: JobId) {
-        match self {
-            AnyScheduler::Fifo(s) => s.requeue(tenant, job),
-            AnyScheduler::Fair(s) => s.requeue(tenant, job),
-            AnyScheduler::Vtc(s) => s.requeue(tenant, job),
-        }
-    }
-
     /// Two-level fairness: within a tenant, its API keys in rotation
     /// (`key_of`: each job's key by job id). `fifo` keeps arrival order,
     /// which knows no turns, so it ignores this.
@@ -421,6 +413,22 @@ impl AnyScheduler {
 }
 
 impl Scheduler for AnyScheduler {
+    /// A running job of `tenant` goes back to be started again (its
+    /// worker's lease ran out on a queue server): first of its tenant's
+    /// waiting jobs, no longer running, so its cap slot is free. `fifo`
+    /// serves it by its own arrival; `fair` first among its tenant's jobs,
+    /// the tenant a newcomer if it had nothing else waiting (back in the
+    /// ring if it was at its cap); `vtc` refunds the start's charge. The
+    /// queue servers' functions keep the same rule, and the tests hold them
+    /// to it. (The scans in [`naive`] have no such step.)
+    fn requeue(&mut self, tenant: TenantId, job: JobId) {
+        match self {
+            AnyScheduler::Fifo(s) => s.requeue(tenant, job),
+            AnyScheduler::Fair(s) => s.requeue(tenant, job),
+            AnyScheduler::Vtc(s) => s.requeue(tenant, job),
+        }
+    }
+
     #[inline]
     fn push(&mut self, tenant: TenantId, job: JobId) -> Result<(), Rejected> {
         match self {

@@ -83,15 +83,8 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
     // Each checked before anything starts: no lab, no server.
     let fault = "kind=kill_worker,at_s=0.2";
     assert_bad_input(
-        &[
-            "run",
-            "lab/smoke.toml",
-            "--clock",
-            "virtual",
-            "--fault",
-            fault,
-        ],
-        "[[fault]] runs on a queue server (--backend redis): the in-process lab does not simulate faults yet",
+        &["run", "lab/smoke.toml", "--fault", fault],
+        "[[fault]] on real timers strikes worker processes on a queue server: run it with --backend redis, or simulate it on the virtual clock (--clock virtual)",
     );
     assert_bad_input(
         &[

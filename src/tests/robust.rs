@@ -180,6 +180,13 @@ fn each_bad_scenario_gets_its_message() {
             format!("{ARTICLE}\n[[fault]]\nat_s = -1\nkind = \"kill_worker\"\n"),
             "x.toml: fault[0]: at_s must be 0 or more seconds, found -1",
         ),
+        (
+            format!(
+                "{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"kill_worker\"\nduration_s = 1\n\
+                 [[fault]]\nat_s = 3.5\nkind = \"pause_worker\"\nduration_s = 1\n"
+            ),
+            "x.toml: fault[1]: it strikes worker process 1 at 3.5 s, while fault[0] has it down from 3 s to 4 s; one fault at a time on a process",
+        ),
     ];
     assert!(cases.len() >= 25);
     for (text, expected) in &cases {

@@ -224,25 +224,17 @@ pub fn against_model(results: &LabResults) -> ModelVerdict {
             late: BTreeMap::new(),
         };
     }
-    if !results.scenario.fault.is_empty() {
-        return ModelVerdict {
-            checks: Vec::new(),
-            not_run: Some(
-                "the model does not simulate faults yet, and the scenario injects [[fault]]".into(),
-            ),
-            late: BTreeMap::new(),
-        };
-    }
     let mut checks = Vec::new();
     let mut late = BTreeMap::new();
+    let scenario = &as_run(results);
     for s in &results.strategies {
-        let def = definition(&results.scenario, s);
+        let def = definition(scenario, s);
         for run in &s.runs {
             if let Some(l) = &run.late {
                 late.insert((s.name.clone(), run.seed), l.clone());
             }
             let cdf = overshoot_distribution(run);
-            let machine = predict(&results.scenario, &def, run, modelled_overshoot_ns(run));
+            let machine = predict(scenario, &def, run, modelled_overshoot_ns(run));
             // On a real queue every round pays a finish-and-take round trip:
             // an overhead of the queue, measured in the job's hold, not a late
             // timer. Its makespans are judged with it.
@@ -250,7 +242,7 @@ pub fn against_model(results: &LabResults) -> ModelVerdict {
             let exact = if queue {
                 machine.clone()
             } else {
-                predict(&results.scenario, &def, run, 0)
+                predict(scenario, &def, run, 0)
             };
             let model = Model {
                 queue,
@@ -258,7 +250,7 @@ pub fn against_model(results: &LabResults) -> ModelVerdict {
                 machine,
                 replicas: cdf.map_or_else(Vec::new, |cdf| {
                     (0..REPLICAS)
-                        .map(|k| predict_sampled(&results.scenario, &def, run, &cdf, k))
+                        .map(|k| predict_sampled(scenario, &def, run, &cdf, k))
                         .collect()
                 }),
             };
@@ -270,6 +262,19 @@ pub fn against_model(results: &LabResults) -> ModelVerdict {
         not_run: None,
         late,
     }
+}
+
+/// The scenario as it ran: with the worker processes the server's lab
+/// started (a command line's `--processes` is not in the scenario), which
+/// faults strike.
+fn as_run(results: &LabResults) -> Scenario {
+    let mut scenario = results.scenario.clone();
+    if let (Some(facts), Some(spec)) = (&results.backend, &mut scenario.backend)
+        && facts.processes > 0
+    {
+        spec.processes = Some(facts.processes);
+    }
+    scenario
 }
 
 /// The scenario's strategy of that name, else one rebuilt from the results.
@@ -365,7 +370,7 @@ fn predict_sampled(
         let i = cdf.partition_point(|c| c.1 <= at);
         job.duration += cdf[i.min(cdf.len() - 1)].0;
     }
-    let pool = lab::pool_for(scenario, def);
+    let pool = model_pool(scenario, def, run);
     let (jobs, stats) = lab::run_virtual_plan(scenario, &pool, def, plan, run.seed);
     summary::run(scenario, def, &pool, run.seed, &jobs, &stats, false).figures
 }
@@ -373,10 +378,34 @@ fn predict_sampled(
 /// The model's figures for one real run: its seed, each job held its
 /// duration plus `overshoot_ns`.
 pub fn predict(scenario: &Scenario, def: &Strategy, run: &RunResult, overshoot_ns: u64) -> Figures {
-    let mut pool = lab::pool_for(scenario, def);
+    let mut pool = model_pool(scenario, def, run);
     pool.model_overshoot_ns = overshoot_ns;
     let (jobs, stats) = lab::run_virtual_on(scenario, &pool, def, run.seed);
     summary::run(scenario, def, &pool, run.seed, &jobs, &stats, false).figures
+}
+
+/// The model's pool for one real run; with faults, simulated as the run
+/// met them: its lease, and each restart of the server as long as the
+/// run's longest measured one (the model cannot know how long a server
+/// takes to load its file).
+fn model_pool(scenario: &Scenario, def: &Strategy, run: &RunResult) -> crate::engine::Pool {
+    let mut pool = lab::pool_for(scenario, def);
+    let Some(measured) = run.figures.fault_figures() else {
+        return pool;
+    };
+    let longest_down = scenario
+        .fault
+        .iter()
+        .filter(|f| f.kind == crate::scenario::FaultKind::RestartServer)
+        .map(|f| f.duration())
+        .fold(0.0, f64::max);
+    let restart_ns = ((measured.restart_ms / 1e3 - longest_down).max(0.0) * 1e9).round() as u64;
+    pool.faults = lab::fault_plan(scenario, restart_ns).map(|plan| {
+        let mut plan = (*plan).clone();
+        plan.lease_ns = Some((measured.lease_ms * 1e6).round() as u64);
+        std::sync::Arc::new(plan)
+    });
+    pool
 }
 
 /// On a queue, what a chain of jobs pays once before its holds: the

@@ -155,7 +155,7 @@ fn smoke_lab_with(faults: &str) -> Vec<(String, FaultFigures)> {
             "{}",
             def.name
         );
-        let f = record.queue.unwrap().faults.expect("a lease on Redis");
+        let f = record.faults.expect("a lease on Redis");
         assert_eq!(f.lease_ms, 60.0);
         assert_eq!(f.redelivered, record.redelivered.len() as u64);
         // Each struck job counted once, in its class.
