@@ -296,10 +296,17 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
     };
     let (kind, name) = (server.server.name(), server.server.title());
     if !s.fault.is_empty() {
-        if server.server != ServerKind::Redis {
+        if server.server != ServerKind::Redis
+            && let Some((i, f)) = s
+                .fault
+                .iter()
+                .enumerate()
+                .find(|(_, f)| f.kind == FaultKind::RestartServer)
+        {
             anyhow::bail!(
-                "[[fault]] is not carried by the {name} backend yet (its takes hold no lease): \
-                 run it with --backend redis"
+                "fault[{i}]: {} is not carried by the {name} backend yet (kill_worker, \
+                 pause_worker and drop_connections are): run it with --backend redis",
+                f.kind.name()
             );
         }
         if server.processes == Some(0) {

@@ -33,13 +33,16 @@ impl Fifo {
 
     /// A running job handed back ([`super::AnyScheduler::requeue`]).
     pub fn requeue(&mut self, tenant: TenantId, job: JobId) {
-        match self.tenants.requeue(tenant, job) {
-            Back::New | Back::Ready => self.ready.push(Reverse((job, tenant))),
-            // Its entry names its older next job: replaced, by a scan of
-            // the ready tenants (a hand-back is rare; take stays as it was).
+        let back = self.tenants.requeue(tenant, job);
+        // In line by its next job: this one, or an older one handed back.
+        let head = self.tenants.head(tenant);
+        match back {
+            Back::New | Back::Ready => self.ready.push(Reverse((head, tenant))),
+            // Its entry may name a later job: replaced, by a scan of the
+            // ready tenants (a hand-back is rare; take stays as it was).
             Back::Head => {
                 self.ready.retain(|&Reverse((_, t))| t != tenant);
-                self.ready.push(Reverse((job, tenant)));
+                self.ready.push(Reverse((head, tenant)));
             }
             Back::Capped => {}
         }

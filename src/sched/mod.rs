@@ -67,6 +67,15 @@ pub trait Scheduler {
     }
 }
 
+/// A handed-back job into a queue by its number: ahead of every job that
+/// never started (all numbered after it), behind the older ones handed
+/// back before it. The scan stops at the first of those: it covers the
+/// handed-back jobs only.
+fn put_back(queue: &mut VecDeque<JobId>, job: JobId) {
+    let at = queue.iter().position(|&j| j > job).unwrap_or(queue.len());
+    queue.insert(at, job);
+}
+
 /// Limits shared by every discipline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -136,7 +145,7 @@ impl KeyTurns {
         if self.queues[key].is_empty() {
             self.turns[tenant as usize].push_front(key as u32);
         }
-        self.queues[key].push_front(job);
+        put_back(&mut self.queues[key], job);
         self.waiting[tenant as usize] += 1;
     }
 
@@ -310,13 +319,13 @@ impl Tenants {
         head.is_some()
     }
 
-    /// A running job back first of the tenant's waiting jobs (see
-    /// [`AnyScheduler::requeue`]), the tenants at their cap kept in order;
-    /// says where that leaves the tenant.
+    /// A running job back among the tenant's waiting jobs by its number
+    /// (see [`AnyScheduler::requeue`]), the tenants at their cap kept in
+    /// order; says where that leaves the tenant.
     pub(crate) fn requeue(&mut self, tenant: TenantId, job: JobId) -> Back {
         let old = self.front(tenant);
         match &mut self.keys {
-            None => self.tenants[tenant as usize].queue.push_front(job),
+            None => put_back(&mut self.tenants[tenant as usize].queue, job),
             Some(k) => k.push_front(tenant, job),
         }
         self.queued += 1;

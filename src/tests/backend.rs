@@ -316,7 +316,7 @@ fn same_jobs(server: &mut impl Functions, case: u32, d: &Discipline, ops: &[Op])
                 }
                 let want = reference.push(t, next_job).map_err(|r| r.waiting);
                 let got = server.push(next_job, t, cost, key);
-                assert_eq!(got, want, "op {k} {op:?} of {ops:?}");
+                assert_eq!(got, want, "op {k} {op:?} of {ops:?} under {d:?}");
                 next_job += 1;
             }
             Op::Take(idle) => {
@@ -326,7 +326,7 @@ fn same_jobs(server: &mut impl Functions, case: u32, d: &Discipline, ops: &[Op])
                     n => n,
                 };
                 let got = server.pop(idle);
-                assert_eq!(got, want, "op {k} {op:?} of {ops:?}");
+                assert_eq!(got, want, "op {k} {op:?} of {ops:?} under {d:?}");
                 if let Some(taken) = got {
                     running.push(taken);
                 }

@@ -93,9 +93,9 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
             "--backend",
             "postgres",
             "--fault",
-            fault,
+            "kind=restart_server,at_s=0.2",
         ],
-        "[[fault]] is not carried by the PostgreSQL backend yet",
+        "fault[0]: restart_server is not carried by the PostgreSQL backend yet (kill_worker, pause_worker and drop_connections are): run it with --backend redis",
     );
     // Only a server the lab started can be restarted (from its file).
     assert_bad_input(

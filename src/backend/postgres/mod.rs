@@ -107,6 +107,12 @@ pub struct PgWire {
     /// Where `pg_stat_statements` is, if it is.
     statements: Option<String>,
     server: Option<OwnedCluster>,
+    /// The highest worker number told this run's start (a replacement
+    /// process's workers join with higher ones).
+    told: i32,
+    /// This run was handed to the workers (a later start is a
+    /// replacement's).
+    in_run: bool,
 }
 
 /// Counters read before a run.
@@ -159,6 +165,8 @@ impl PgWire {
             version,
             statements,
             server,
+            told: 0,
+            in_run: false,
         })
     }
 
@@ -171,15 +179,31 @@ impl PgWire {
         Ok(self.client.query_one(sql, &[]).map_err(db)?.get(0))
     }
 
-    /// `message` to workers 1..=n.
-    fn tell(&mut self, n: u32, message: &str) -> Result<()> {
-        self.client
-            .execute(
-                "SELECT pg_notify($1 || k, $2) FROM generate_series(1, $3) k",
-                &[&self.channel, &message, &(n as i32)],
+    /// `message` to every live worker numbered past `after` (a worker
+    /// whose server process is gone is dead): the highest number told, and
+    /// how many were.
+    fn tell(&mut self, after: i32, message: &str) -> Result<(i32, i64)> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT coalesce(max(me), $3), count(*) FROM (SELECT w.me, pg_notify($1 || w.me, $2) \
+                 FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid WHERE w.me > $3) told",
+                &[&self.channel, &message, &after],
             )
             .map_err(db)?;
-        Ok(())
+        Ok((row.get(0), row.get(1)))
+    }
+
+    /// Live workers numbered past `after`.
+    fn live_after(&mut self, after: i32) -> Result<i64> {
+        Ok(self
+            .client
+            .query_one(
+                "SELECT count(*) FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid WHERE w.me > $1",
+                &[&after],
+            )
+            .map_err(db)?
+            .get(0))
     }
 }
 
@@ -226,11 +250,31 @@ impl Wire for PgWire {
                 ],
             )
             .map_err(db)?;
+        let lease = setup.lease_us.map(|us| us as i64);
+        self.client
+            .execute("SELECT noisylab_lease($1)", &[&lease])
+            .map_err(db)?;
+        self.in_run = false;
         Ok(())
     }
 
     fn start_run(&mut self, workers: u32) -> Result<()> {
-        self.tell(workers, worker::RUN)
+        if !self.in_run {
+            // Every live worker, between runs.
+            self.told = self.tell(0, worker::RUN)?.0;
+            self.in_run = true;
+            return Ok(());
+        }
+        // A replacement process's workers, once they listen.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.live_after(self.told)? < i64::from(workers) {
+            if std::time::Instant::now() > deadline {
+                bail!("{workers} replacement workers did not join within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.told = self.tell(self.told, worker::RUN)?.0;
+        Ok(())
     }
 
     fn idle(&mut self) -> Result<u32> {
@@ -340,8 +384,9 @@ impl Wire for PgWire {
         Ok(heard)
     }
 
-    fn stop_workers(&mut self, workers: u32) -> Result<()> {
-        self.tell(workers, worker::STOP)
+    fn stop_workers(&mut self, _workers: u32) -> Result<()> {
+        self.in_run = false;
+        self.tell(0, worker::STOP).map(drop)
     }
 
     fn left(&mut self) -> Result<u32> {
@@ -361,7 +406,7 @@ impl Wire for PgWire {
         let rows = self
             .client
             .query(
-                "SELECT id, state::text, enqueued, started, finished, woke FROM job",
+                "SELECT id, state::text, enqueued, started, finished, woke, redelivered, late FROM job",
                 &[],
             )
             .map_err(db)?;
@@ -383,6 +428,11 @@ impl Wire for PgWire {
             });
             if let Some(us) = us(3) {
                 out.push(Stamp::Started { job, us });
+                // The times of a lease's end and a refused finish are not
+                // kept: their counts are what the records need.
+                let (again, late): (i32, i32) = (row.get(6), row.get(7));
+                out.extend((0..again).map(|_| Stamp::Redelivered { job, us }));
+                out.extend((0..late).map(|_| Stamp::LateFinish { job, us }));
             }
             if let Some(us) = us(4) {
                 out.push(Stamp::Finished { job, us });
@@ -398,14 +448,33 @@ impl Wire for PgWire {
         Ok(())
     }
 
+    fn leases(&self) -> bool {
+        true
+    }
+
+    fn drop_workers(&mut self) -> Result<u64> {
+        // Every live worker's server process ends; the workers connect
+        // again (nobody else's connection is touched).
+        let n: i64 = self.one(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid)) \
+             FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid",
+        )?;
+        Ok(n as u64)
+    }
+
+    fn reap(&mut self) -> Result<()> {
+        self.client
+            .execute("SELECT noisylab_reap()", &[])
+            .map_err(db)?;
+        Ok(())
+    }
+
     fn end_run(&mut self) -> Result<()> {
         Ok(())
     }
 
     fn quit(&mut self, _workers: u32) {
-        if let Ok(n) = self.joined() {
-            let _ = self.tell(n, worker::QUIT);
-        }
+        let _ = self.tell(0, worker::QUIT);
         let _ = self
             .client
             .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));

@@ -58,6 +58,20 @@
 -- scan or a sort over queued jobs or tenants, so a take costs the same at
 -- a thousand queued jobs as at a million.
 --
+-- Leases (noisylab_lease(µs) after setup; none by default). A take leases
+-- its job until the server's clock passes `until`; a worker holding a job
+-- longer renews it (noisylab_renew). Every call first hands back the jobs
+-- whose lease ran out (noisylab_reap does only that, for a queue nobody
+-- calls): back in their tenant's queue by their own number, so before
+-- every job of it that never started (fifo serves such a job by its own
+-- arrival; fair in its tenant's turn, the tenant a newcomer if it had
+-- nothing else waiting; vtc refunds the start's charge and does not lift
+-- the counter), their cap slot freed, and an idle worker woken for each.
+-- The takes seek past the last job started (tenant.last, cfg.taken):
+-- those go back below the job. A finish names the lease it was taken
+-- with: a finish whose lease ran out is refused (counted in job.late), one
+-- sent again after it went through is known by its lease and ignored.
+--
 -- The same rules as noisylab's in-process schedulers (src/sched/), which
 -- the tests hold these functions to, job for job.
 
@@ -78,7 +92,9 @@ CREATE TABLE cfg (
   taken     bigint NOT NULL DEFAULT -1,
   -- The last job submitted: a job's number must be greater.
   newest    bigint NOT NULL DEFAULT -1,
-  channel   text NOT NULL
+  channel   text NOT NULL,
+  -- A take's lease, microseconds (NULL: takes hold no lease).
+  lease     bigint
 );
 -- Each job's hold, nanoseconds, for the workers to read once (apart from
 -- cfg: every call reads cfg whole).
@@ -97,7 +113,13 @@ CREATE TABLE job (
   enqueued bigint NOT NULL,
   started  bigint,
   finished bigint,
-  woke     boolean NOT NULL DEFAULT false
+  woke     boolean NOT NULL DEFAULT false,
+  -- With leases: the running job's lease (its number, its end), and how
+  -- often a lease of it ran out and a finish was refused.
+  lid      bigint,
+  until    bigint,
+  redelivered int NOT NULL DEFAULT 0,
+  late     int NOT NULL DEFAULT 0
 ) WITH (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0.05);
 -- fifo's take, the post's default: the oldest queued job.
 --   Limit -> LockRows -> Index Scan using job_queued on job
@@ -107,6 +129,9 @@ CREATE INDEX job_queued ON job (id) WHERE state = 'q';
 --   Limit -> Index Only Scan using job_tenant_queued on job
 --            Index Cond: ((tenant = $1) AND (id > $2))
 CREATE INDEX job_tenant_queued ON job (tenant, id) WHERE state = 'q';
+-- With leases: the running jobs whose lease ran out.
+--   Index Scan using job_leased on job  Index Cond: (until <= $1)
+CREATE INDEX job_leased ON job (until) WHERE state = 'r';
 
 CREATE TABLE tenant (
   t       int PRIMARY KEY,
@@ -137,11 +162,18 @@ CREATE INDEX tenant_capped ON tenant (capped) WHERE capped IS NOT NULL;
 CREATE TABLE idle (worker int PRIMARY KEY, since bigint NOT NULL);
 CREATE INDEX idle_since ON idle (since);
 CREATE TABLE figures (worker int PRIMARY KEY, text text NOT NULL);
+-- Workers listening on their channel, by the server process that serves
+-- each (a worker whose server process is gone is dead), and the workers a
+-- wake was sent to and has not been taken up by.
+CREATE TABLE worker (me int PRIMARY KEY, pid int NOT NULL);
+CREATE TABLE woken (worker int PRIMARY KEY);
 -- Places in line (fair's lanes, the idle workers' order).
 CREATE SEQUENCE tick;
 CREATE SEQUENCE worker_id;
 -- Workers listening on their channel (joined).
 CREATE SEQUENCE worker_ready;
+-- Leases' numbers.
+CREATE SEQUENCE lease_id;
 
 -- No cap is a cap no tenant reaches.
 CREATE FUNCTION nl_no_cap() RETURNS int IMMUTABLE LANGUAGE sql
@@ -255,7 +287,12 @@ DECLARE
   w int; x float8;
 BEGIN
   SELECT first, second INTO job, h FROM nl_heads(p_t);
-  UPDATE job SET state = 'r', started = stamp WHERE id = job;
+  IF c.lease IS NULL THEN
+    UPDATE job SET state = 'r', started = stamp WHERE id = job;
+  ELSE
+    UPDATE job SET state = 'r', started = stamp, lid = nextval('lease_id'), until = stamp + c.lease
+      WHERE id = job;
+  END IF;
   UPDATE cfg SET queued = queued - 1;
   UPDATE tenant SET waiting = waiting - 1, running = running + 1, last = job WHERE t = p_t
     RETURNING waiting, running INTO w, r;
@@ -334,16 +371,124 @@ BEGIN
 END $$;
 
 -- Worker `me`'s next job, started at `stamp`; with none, `me` waits idle.
-CREATE FUNCTION nl_hand_out(c cfg, me int, stamp bigint, OUT job bigint, OUT tenant int) LANGUAGE plpgsql AS $$
+CREATE FUNCTION nl_hand_out(c cfg, me int, stamp bigint, OUT job bigint, OUT tenant int,
+                            OUT lease bigint) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 BEGIN
   IF c.queue <> 'halt' THEN
     SELECT n.job, n.tenant INTO job, tenant FROM nl_next(c, c.idle + 1, stamp) n;
   END IF;
   IF job IS NULL THEN
-    INSERT INTO idle (worker, since) VALUES (me, nextval('tick'));
-    UPDATE cfg SET idle = cfg.idle + 1;
+    -- Once: a call sent again after its connection dropped may find the
+    -- worker in line already.
+    INSERT INTO idle (worker, since) VALUES (me, nextval('tick')) ON CONFLICT (worker) DO NOTHING;
+    IF FOUND THEN UPDATE cfg SET idle = cfg.idle + 1; END IF;
+  ELSE
+    lease := (SELECT lid FROM job j WHERE j.id = nl_hand_out.job);
   END IF;
+END $$;
+
+-- Wake the longest idle worker if a job that may start is not covered by a
+-- wake on its way (see nl_wake_another): whether one was woken.
+CREATE FUNCTION nl_wake(c cfg) RETURNS boolean LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE w int;
+BEGIN
+  IF c.idle = 0 OR NOT nl_wake_another(c) THEN RETURN false; END IF;
+  DELETE FROM idle WHERE worker = (SELECT worker FROM idle ORDER BY since LIMIT 1)
+    RETURNING worker INTO w;
+  UPDATE cfg SET idle = idle - 1, pending = pending + 1;
+  INSERT INTO woken VALUES (w);
+  PERFORM pg_notify(c.channel || w, 'wake');
+  RETURN true;
+END $$;
+
+-- Workers whose server process is gone (their process was killed) leave
+-- the idle line, and the wakes sent to them go to others: how many wakes
+-- were sent again.
+CREATE FUNCTION nl_bury(c cfg) RETURNS int LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+  gone_idle int; gone_woken int; n int := 0;
+BEGIN
+  WITH gone AS (
+    DELETE FROM idle i WHERE NOT EXISTS (
+      SELECT 1 FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid WHERE w.me = i.worker)
+    RETURNING 1)
+  SELECT count(*) INTO gone_idle FROM gone;
+  WITH gone AS (
+    DELETE FROM woken k WHERE NOT EXISTS (
+      SELECT 1 FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid WHERE w.me = k.worker)
+    RETURNING 1)
+  SELECT count(*) INTO gone_woken FROM gone;
+  IF gone_idle + gone_woken = 0 THEN RETURN 0; END IF;
+  UPDATE cfg SET idle = idle - gone_idle, pending = pending - gone_woken RETURNING * INTO c;
+  IF c.queue = 'halt' THEN RETURN 0; END IF;
+  FOR k IN 1 .. gone_woken LOOP
+    EXIT WHEN NOT nl_wake(c);
+    SELECT * INTO c FROM cfg;
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $$;
+
+-- A running job of tenant p_t goes back to the front of its tenant's
+-- queue (its lease ran out), its cap slot freed; where that leaves the
+-- tenant in its discipline's order is the in-process schedulers' rule.
+CREATE FUNCTION nl_requeue(c cfg, p_job bigint, p_t int) RETURNS void LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+  w int; r int;
+BEGIN
+  SELECT waiting, running INTO w, r FROM tenant WHERE t = p_t; -- before
+  IF c.queue = 'vtc' THEN
+    UPDATE tenant SET ctr = ctr - (SELECT cost FROM job WHERE id = p_job) / weight WHERE t = p_t;
+  END IF;
+  UPDATE job SET state = 'q', until = NULL, redelivered = redelivered + 1 WHERE id = p_job;
+  -- The takes seek past the last job started: this one is older again.
+  UPDATE cfg SET queued = queued + 1, taken = least(taken, p_job - 1);
+  UPDATE tenant SET waiting = waiting + 1, running = running - 1, last = least(last, p_job - 1)
+    WHERE t = p_t;
+  r := r - 1;
+  IF c.cap <> nl_no_cap() THEN PERFORM nl_runnable(c, w, r + 1, w + 1, r); END IF;
+  IF w = 0 OR (r < c.cap AND r + 1 >= c.cap) THEN
+    -- It was in no turn: nothing waiting, or at its cap and now below.
+    IF c.reserve >= 0 AND w > 0 THEN UPDATE tenant SET capped = NULL WHERE t = p_t; END IF;
+    IF r >= c.cap THEN
+      IF c.reserve >= 0 THEN UPDATE tenant SET capped = p_job WHERE t = p_t; END IF;
+    ELSIF c.queue = 'fair' AND w = 0 THEN
+      UPDATE tenant SET lane = 0, ready = nextval('tick') WHERE t = p_t;
+    ELSE
+      PERFORM nl_ready(c, p_t, p_job);
+    END IF;
+  ELSIF c.queue = 'fifo' AND r < c.cap AND c.cap <> nl_no_cap() THEN
+    -- In line by its oldest job, which this one now is.
+    UPDATE tenant SET ready = p_job WHERE t = p_t AND ready IS NOT NULL;
+  ELSIF c.reserve >= 0 AND r >= c.cap THEN
+    UPDATE tenant SET capped = p_job WHERE t = p_t AND capped IS NOT NULL;
+  END IF;
+END $$;
+
+-- Every job whose lease ran out by `stamp` back in its queue, and idle
+-- workers woken for them: how many.
+CREATE FUNCTION nl_reap(c cfg, stamp bigint) RETURNS int LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+  j record; n int := 0;
+BEGIN
+  IF c.lease IS NULL THEN RETURN 0; END IF;
+  FOR j IN SELECT id, tenant FROM job WHERE state = 'r' AND until <= stamp ORDER BY until, id LOOP
+    PERFORM nl_requeue(c, j.id, j.tenant);
+    SELECT * INTO c FROM cfg;
+    n := n + 1;
+  END LOOP;
+  IF c.queue <> 'halt' THEN
+    FOR k IN 1 .. n LOOP
+      EXIT WHEN NOT nl_wake(c);
+      SELECT * INTO c FROM cfg;
+    END LOOP;
+  END IF;
+  RETURN n;
 END $$;
 
 -- Whether a submit should wake one more idle worker: jobs that may start
@@ -365,7 +510,7 @@ BEGIN
   IF p_queue NOT IN ('fifo', 'fair', 'vtc') THEN
     RAISE EXCEPTION 'noisylab: unknown queue %, expected fifo, fair or vtc', p_queue;
   END IF;
-  TRUNCATE cfg, plan, job, tenant, idle, figures;
+  TRUNCATE cfg, plan, job, tenant, idle, figures, woken;
   ALTER SEQUENCE tick RESTART;
   INSERT INTO cfg (queue, cap, qlimit, reserve, channel) VALUES (
     p_queue,
@@ -378,9 +523,29 @@ BEGIN
 END $$;
 
 -- join(): a new worker's number; it LISTENs on the schema's name || '_' ||
--- number, then counts itself in (SELECT nextval('worker_ready')).
+-- number, then counts itself in (SELECT noisylab_ready(number)).
 CREATE FUNCTION noisylab_join() RETURNS int LANGUAGE sql
 AS $$ SELECT nextval('worker_id')::int $$;
+
+CREATE FUNCTION noisylab_ready(me int) RETURNS bigint LANGUAGE sql AS $$
+  INSERT INTO worker (me, pid) VALUES (me, pg_backend_pid());
+  SELECT nextval('worker_ready');
+$$;
+
+-- rejoin(me): worker `me` connected again (the server dropped its
+-- connection): its new server process registered; true if a wake was sent
+-- to it meanwhile (lost with the connection: its next take is a woken
+-- one), else it leaves the idle line, so its next take counts it again.
+CREATE FUNCTION noisylab_rejoin(p_me int) RETURNS boolean LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+BEGIN
+  PERFORM nl_lock();
+  UPDATE worker SET pid = pg_backend_pid() WHERE me = p_me;
+  IF EXISTS (SELECT 1 FROM woken WHERE worker = p_me) THEN RETURN true; END IF;
+  DELETE FROM idle WHERE worker = p_me;
+  IF FOUND THEN UPDATE cfg SET idle = idle - 1; END IF;
+  RETURN false;
+END $$;
 
 -- submit(job, tenant, cost): (true, woke: an idle worker was woken for it)
 -- or (false, waiting: refused by the queue limit). job NULL: the next
@@ -392,37 +557,42 @@ DECLARE
   c cfg := nl_lock();
   stamp bigint := nl_now();
   new_id bigint := coalesce(p_job, c.newest + 1);
-  w int;
 BEGIN
+  IF nl_reap(c, stamp) > 0 THEN SELECT * INTO c FROM cfg; END IF;
   SELECT p.ok, p.waiting INTO ok, x FROM nl_push(c, new_id, p_t, coalesce(p_cost, 1), stamp) p;
   IF NOT ok THEN RETURN; END IF;
   SELECT * INTO c FROM cfg;
   x := 0;
-  IF c.idle > 0 AND nl_wake_another(c) THEN
-    DELETE FROM idle WHERE worker = (SELECT worker FROM idle ORDER BY since LIMIT 1)
-      RETURNING worker INTO w;
-    UPDATE cfg SET idle = idle - 1, pending = pending + 1;
+  IF nl_wake(c) THEN
     UPDATE job SET woke = true WHERE id = new_id;
-    PERFORM pg_notify(c.channel || w, 'wake');
     x := 1;
   END IF;
 END $$;
 
 -- take(me, woken): worker `me` asks for a job, at the run's start (false)
--- or woken (true): (job, tenant), or nulls (it is idle: wait for a wake).
-CREATE FUNCTION noisylab_take(me int, woken boolean, OUT job bigint, OUT tenant int)
+-- or woken (true): (job, tenant, lease), or nulls (it is idle: wait for a
+-- wake).
+CREATE FUNCTION noisylab_take(me int, woken boolean, OUT job bigint, OUT tenant int,
+                              OUT lease bigint)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE c cfg := nl_lock();
+DECLARE
+  c cfg := nl_lock();
+  stamp bigint := nl_now();
 BEGIN
   IF woken THEN
-    UPDATE cfg SET pending = pending - 1 RETURNING * INTO c;
+    DELETE FROM woken WHERE worker = me;
+    IF FOUND THEN UPDATE cfg SET pending = pending - 1 RETURNING * INTO c; END IF;
   END IF;
-  SELECT h.job, h.tenant INTO job, tenant FROM nl_hand_out(c, me, nl_now()) h;
+  IF nl_reap(c, stamp) > 0 THEN SELECT * INTO c FROM cfg; END IF;
+  SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_hand_out(c, me, stamp) h;
 END $$;
 
--- finish(me, job, tenant): the job is done; the same worker's next job.
-CREATE FUNCTION noisylab_finish(me int, p_job bigint, p_t int, OUT job bigint, OUT tenant int)
+-- finish(me, job, tenant, lease): the job is done; the same worker's next
+-- job. With leases, a finish whose lease ran out is refused (job.late),
+-- one that went through already (sent again) is ignored.
+CREATE FUNCTION noisylab_finish(me int, p_job bigint, p_t int, p_lease bigint,
+                                OUT job bigint, OUT tenant int, OUT lease bigint)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -430,13 +600,54 @@ DECLARE
   stamp bigint := nl_now();
   n bigint;
 BEGIN
-  UPDATE job SET state = 'f', finished = stamp WHERE id = p_job AND state = 'r';
-  IF NOT FOUND THEN RAISE EXCEPTION 'noisylab: job % is not running', p_job; END IF;
-  PERFORM nl_finished(c, p_t);
+  IF nl_reap(c, stamp) > 0 THEN SELECT * INTO c FROM cfg; END IF;
+  UPDATE job j SET state = 'f', finished = stamp
+    WHERE j.id = p_job AND j.state = 'r' AND (c.lease IS NULL OR j.lid = p_lease);
+  IF FOUND THEN
+    PERFORM nl_finished(c, p_t);
+    UPDATE cfg SET done = done + 1 RETURNING done INTO n;
+    IF n = c.expect THEN PERFORM pg_notify(c.channel || 'end', ''); END IF;
+  ELSIF c.lease IS NULL THEN
+    RAISE EXCEPTION 'noisylab: job % is not running', p_job;
+  ELSIF NOT EXISTS (SELECT 1 FROM job j WHERE j.id = p_job AND j.state = 'f' AND j.lid = p_lease) THEN
+    UPDATE job j SET late = late + 1 WHERE j.id = p_job;
+  END IF;
   SELECT * INTO c FROM cfg;
-  SELECT h.job, h.tenant INTO job, tenant FROM nl_hand_out(c, me, stamp) h;
-  UPDATE cfg SET done = done + 1 RETURNING done INTO n;
-  IF n = c.expect THEN PERFORM pg_notify(c.channel || 'end', ''); END IF;
+  SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_hand_out(c, me, stamp) h;
+END $$;
+
+-- lease(µs): this run's takes lease their jobs for that long (after
+-- setup; NULL: no lease).
+CREATE FUNCTION noisylab_lease(p_lease bigint) RETURNS void LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+BEGIN
+  PERFORM nl_lock();
+  UPDATE cfg SET lease = p_lease;
+END $$;
+
+-- renew(job, lease): the worker still holds the job: its lease runs on
+-- from now; false if it had run out (the job is another's now).
+CREATE FUNCTION noisylab_renew(p_job bigint, p_lease bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+  c cfg := nl_lock();
+  stamp bigint := nl_now();
+BEGIN
+  PERFORM nl_reap(c, stamp);
+  UPDATE job j SET until = stamp + c.lease WHERE j.id = p_job AND j.state = 'r' AND j.lid = p_lease;
+  RETURN FOUND;
+END $$;
+
+-- reap(): the jobs whose lease ran out back in their queues now, and the
+-- dead workers out of the idle line: how many jobs (the coordinator's,
+-- for a queue nobody calls: every worker gone).
+CREATE FUNCTION noisylab_reap() RETURNS int LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE c cfg := nl_lock();
+BEGIN
+  PERFORM nl_bury(c);
+  SELECT * INTO c FROM cfg;
+  RETURN nl_reap(c, nl_now());
 END $$;
 
 -- expect(n): the submitter accepted n jobs in all; channel || 'end' hears
@@ -469,3 +680,7 @@ LANGUAGE sql AS $$ SELECT * FROM nl_next(nl_lock(), p_idle, nl_now()) $$;
 
 CREATE FUNCTION noisylab_done(p_t int) RETURNS void
 LANGUAGE sql AS $$ SELECT nl_finished(nl_lock(), p_t) $$;
+
+-- back(tenant, job): a running job handed back as when its lease runs out.
+CREATE FUNCTION noisylab_back(p_t int, p_job bigint) RETURNS void
+LANGUAGE sql AS $$ SELECT nl_requeue(nl_lock(), p_job, p_t) $$;

@@ -2,6 +2,17 @@
 //! has the loop): `noisylab_join` gives it a number and it `LISTEN`s on its
 //! own channel, where the coordinator says `run`, `stop` and `quit` and a
 //! submit says `wake`; `noisylab_take` and `noisylab_finish` hand out jobs.
+//!
+//! A connection the server drops is made again, with backoff, and the call
+//! it was in is sent again, as on Redis: the worker registers its new
+//! server process (`noisylab_rejoin`), which also says whether a wake was
+//! sent to it meanwhile (a notification to a dropped connection is lost)
+//! and takes it out of the idle line otherwise, so its next take counts it
+//! again; a take repeated may leave the job the lost reply carried leased
+//! to nobody (its lease runs out and it goes back to its queue); a finish
+//! repeated after it went through is known by its lease.
+
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
 use postgres::fallible_iterator::FallibleIterator;
@@ -27,10 +38,37 @@ pub fn serve(url: &str, id: &str, threads: u32) -> Result<()> {
 }
 
 struct PgTaker {
+    url: String,
+    schema: String,
     client: Client,
     me: i32,
     take: Statement,
     finish: Statement,
+    /// After connecting again while idle: whether a wake had been sent to
+    /// it (its next take is a woken one).
+    rejoined: Option<bool>,
+}
+
+/// How long a worker tries to connect again after the server dropped it.
+const RECONNECT_FOR: Duration = Duration::from_secs(10);
+
+/// Whether `e` is the server dropping the connection (or not taking one
+/// yet), not an error of the call.
+fn dropped(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        Some(code) => [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+        ]
+        .contains(code),
+        // No server error: the connection itself failed.
+        None => e.as_db_error().is_none(),
+    }
 }
 
 fn db(e: postgres::Error) -> anyhow::Error {
@@ -51,47 +89,111 @@ impl PgTaker {
         // word, once all have joined, is heard.
         client
             .batch_execute(&format!(
-                "LISTEN \"{schema}_{me}\"; SELECT nextval('worker_ready')"
+                "LISTEN \"{schema}_{me}\"; SELECT noisylab_ready({me})"
             ))
             .map_err(db)?;
-        let take = client
-            .prepare("SELECT job, tenant FROM noisylab_take($1, $2)")
-            .map_err(db)?;
-        let finish = client
-            .prepare("SELECT job, tenant FROM noisylab_finish($1, $2, $3)")
-            .map_err(db)?;
+        let (take, finish) = prepare(&mut client)?;
         Ok(PgTaker {
+            url: url.to_string(),
+            schema: schema.to_string(),
             client,
             me,
             take,
             finish,
+            rejoined: None,
         })
     }
 
+    /// A new connection, listening again and registered: whether a wake
+    /// had been sent to this worker.
+    fn reconnect(&mut self) -> Result<bool> {
+        let mut client = connect(&self.url)?;
+        let (schema, me) = (&self.schema, self.me);
+        client
+            .batch_execute(&format!(
+                "SET search_path TO {schema}; LISTEN \"{schema}_{me}\""
+            ))
+            .map_err(db)?;
+        let woken: bool = client
+            .query_one("SELECT noisylab_rejoin($1)", &[&me])
+            .map_err(db)?
+            .get(0);
+        (self.take, self.finish) = prepare(&mut client)?;
+        self.client = client;
+        Ok(woken)
+    }
+
+    /// A new connection, with backoff (1 ms, doubling to 128 ms, for
+    /// [`RECONNECT_FOR`]): whether a wake had been sent to this worker.
+    fn reconnect_soon(&mut self) -> Result<bool> {
+        let until = Instant::now() + RECONNECT_FOR;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(128));
+            match self.reconnect() {
+                Ok(woken) => return Ok(woken),
+                Err(e) if Instant::now() > until => return Err(e),
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// `call`, and again on a new connection while the server drops it
+    /// (backoff from 1 ms, doubling to 128 ms, for [`RECONNECT_FOR`]);
+    /// `on_new` is told whether a wake was sent meanwhile.
+    fn call<T>(
+        &mut self,
+        mut call: impl FnMut(&mut PgTaker) -> Result<T, postgres::Error>,
+        mut on_new: impl FnMut(&mut PgTaker, bool),
+    ) -> Result<T> {
+        let until = Instant::now() + RECONNECT_FOR;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let err = match call(self) {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            if !dropped(&err) || Instant::now() > until {
+                return Err(db(err));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(128));
+            if let Ok(woken) = self.reconnect() {
+                on_new(self, woken);
+            }
+        }
+    }
+
     /// The next message on this worker's channel.
-    fn hear(&mut self) -> Result<String> {
-        let mut notes = self.client.notifications();
-        let mut it = notes.blocking_iter();
-        match it.next().map_err(db)? {
-            Some(n) => Ok(n.payload().to_string()),
-            None => bail!("the server closed the connection"),
+    fn hear(&mut self) -> Result<String, postgres::Error> {
+        let next = {
+            let mut notes = self.client.notifications();
+            let mut it = notes.blocking_iter();
+            it.next()?.map(|n| n.payload().to_string())
+        };
+        match next {
+            Some(payload) => Ok(payload),
+            // The server disconnected: a call says how (and is retried).
+            None => self.client.simple_query("").map(|_| String::new()),
         }
     }
 
     fn job(row: &postgres::Row) -> Option<Job> {
         let job: Option<i64> = row.get(0);
         let tenant: Option<i32> = row.get(1);
+        let lease: Option<i64> = row.get(2);
         Some(Job {
             id: job? as u32,
             queue: tenant? as u32,
-            lease: 0,
+            lease: lease.unwrap_or(0) as u64,
         })
     }
 }
 
 impl Taker for PgTaker {
     fn next_run(&mut self) -> Result<bool> {
-        match self.hear()?.as_str() {
+        match self.call(Self::hear, |_, _| {})?.as_str() {
             RUN => Ok(true),
             QUIT => Ok(false),
             other => bail!("worker {}: {other:?} between runs", self.me),
@@ -100,32 +202,71 @@ impl Taker for PgTaker {
 
     fn durations(&mut self) -> Result<Vec<u64>> {
         let d: Vec<i64> = self
-            .client
-            .query_one("SELECT durations FROM plan", &[])
-            .map_err(db)?
+            .call(
+                |w| w.client.query_one("SELECT durations FROM plan", &[]),
+                |_, _| {},
+            )?
             .get(0);
         Ok(d.into_iter().map(|d| d as u64).collect())
     }
 
+    fn lease(&mut self) -> Result<Option<std::time::Duration>> {
+        let us: Option<i64> = self
+            .call(
+                |w| w.client.query_one("SELECT lease FROM cfg", &[]),
+                |_, _| {},
+            )?
+            .get(0);
+        Ok(us.map(|us| std::time::Duration::from_micros(us as u64)))
+    }
+
+    fn renew(&mut self, job: Job) -> Result<bool> {
+        let (id, lease) = (i64::from(job.id), job.lease as i64);
+        let row = self.call(
+            |w| {
+                w.client
+                    .query_one("SELECT noisylab_renew($1, $2)", &[&id, &lease])
+            },
+            |_, _| {},
+        )?;
+        Ok(row.get(0))
+    }
+
     fn take(&mut self, woken: bool) -> Result<Option<Job>> {
-        let row = self
-            .client
-            .query_one(&self.take, &[&self.me, &woken])
-            .map_err(db)?;
+        // After connecting again while idle, a wake sent meanwhile counts.
+        let woken = std::cell::Cell::new(self.rejoined.take().unwrap_or(woken));
+        let row = self.call(
+            |w| w.client.query_one(&w.take, &[&w.me, &woken.get()]),
+            |_, was_woken| woken.set(was_woken),
+        )?;
         Ok(Self::job(&row))
     }
 
     fn finish(&mut self, job: Job) -> Result<Option<Job>> {
-        let (id, tenant) = (i64::from(job.id), job.queue as i32);
-        let row = self
-            .client
-            .query_one(&self.finish, &[&self.me, &id, &tenant])
-            .map_err(db)?;
+        let (id, tenant, lease) = (i64::from(job.id), job.queue as i32, job.lease as i64);
+        let row = self.call(
+            |w| {
+                w.client
+                    .query_one(&w.finish, &[&w.me, &id, &tenant, &lease])
+            },
+            |_, _| {},
+        )?;
         Ok(Self::job(&row))
     }
 
     fn wait_wake(&mut self) -> Result<bool> {
-        match self.hear()?.as_str() {
+        // A dropped connection while idle: the worker asks again at once
+        // (woken or not, as the server says); a wake sent meanwhile is lost
+        // with the connection, but not forgotten.
+        let heard = match self.hear() {
+            Ok(heard) => heard,
+            Err(e) if dropped(&e) => {
+                self.rejoined = Some(self.reconnect_soon()?);
+                return Ok(true);
+            }
+            Err(e) => return Err(db(e)),
+        };
+        match heard.as_str() {
             WAKE => Ok(true),
             STOP => Ok(false),
             other => bail!("worker {}: {other:?} while idle", self.me),
@@ -133,12 +274,26 @@ impl Taker for PgTaker {
     }
 
     fn leave(&mut self, figures: &str) -> Result<()> {
-        self.client
-            .execute(
-                "INSERT INTO figures (worker, text) VALUES ($1, $2)",
-                &[&self.me, &figures],
-            )
-            .map_err(db)?;
+        self.call(
+            |w| {
+                w.client.execute(
+                    "INSERT INTO figures (worker, text) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[&w.me, &figures],
+                )
+            },
+            |_, _| {},
+        )?;
         Ok(())
     }
+}
+
+/// The take and the finish, prepared on `client`.
+fn prepare(client: &mut Client) -> Result<(Statement, Statement)> {
+    let take = client
+        .prepare("SELECT job, tenant, lease FROM noisylab_take($1, $2)")
+        .map_err(db)?;
+    let finish = client
+        .prepare("SELECT job, tenant, lease FROM noisylab_finish($1, $2, $3, $4)")
+        .map_err(db)?;
+    Ok((take, finish))
 }

@@ -207,13 +207,27 @@ end
 
 -- `job` first of the tenant's waiting jobs again (with keys, first of its
 -- key's, and its key first of the turns if it had no work).
+-- A handed-back job into list `l` by its number: ahead of every job that
+-- never started (all numbered after it), behind older ones handed back
+-- before it (the scan covers those only). The list's new length.
+local function put_back(l, job)
+  local n = redis.call('LLEN', l)
+  for i = 0, n - 1 do
+    local at = redis.call('LINDEX', l, i)
+    if tonumber(at) > job then
+      return redis.call('LINSERT', l, 'BEFORE', at, job)
+    end
+  end
+  return redis.call('RPUSH', l, job)
+end
+
 local function push_front(P, c, t, job)
   if not c.keys then
-    redis.call('LPUSH', P .. 'q:' .. t, job)
+    put_back(P .. 'q:' .. t, job)
     return
   end
   local k = redis.call('HGET', P .. 'jk', job)
-  if redis.call('LPUSH', P .. 'k:' .. k, job) == 1 then
+  if put_back(P .. 'k:' .. k, job) == 1 then
     redis.call('LPUSH', P .. 'kt:' .. t, k)
   end
   redis.call('HINCRBY', P .. 'kw', t, 1)

@@ -97,6 +97,16 @@ impl Functions for PgFunctions {
             .execute("SELECT noisylab_done($1)", &[&(tenant as i32)])
             .unwrap();
     }
+
+    fn back(&mut self, tenant: u32, job: u32) -> bool {
+        self.0
+            .execute(
+                "SELECT noisylab_back($1, $2)",
+                &[&(tenant as i32), &i64::from(job)],
+            )
+            .unwrap();
+        true
+    }
 }
 
 #[test]
@@ -106,7 +116,7 @@ fn the_sql_functions_take_the_same_jobs_as_the_in_process_schedulers() {
     equivalence(
         256,
         &mut PgFunctions(schema(&cluster.url, "eq")),
-        false,
+        true,
         false,
     );
 }
@@ -155,7 +165,7 @@ fn twenty_takers_at_once_take_each_job_once_and_keep_every_cap() {
                     {
                         std::thread::sleep(std::time::Duration::from_micros(200));
                         next = w.query_one(
-                            "SELECT job, tenant FROM noisylab_finish($1, $2, $3)",
+                            "SELECT job, tenant FROM noisylab_finish($1, $2, $3, NULL)",
                             &[&me, &job, &t],
                         )?;
                     }
@@ -311,4 +321,156 @@ fn ctrl_c_on_postgres_leaves_no_server_behind() {
         .filter(|n| n.starts_with(&format!("noisylab-pg-{lab}-")))
         .count();
     assert_eq!(left, 0, "its folder removed");
+}
+
+#[test]
+fn a_worker_killed_and_one_stopped_past_its_lease_lose_nothing_on_postgres() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    // The job table's leases: the killed process's jobs go back when their
+    // leases run out, the stopped one's late finishes are refused, and the
+    // replacement's workers join the run under way.
+    super::faults::kill_and_pause_lose_nothing(server_plan(
+        ServerKind::Postgres,
+        Target::Url(cluster.url.clone()),
+        Some(2),
+    ));
+}
+
+/// A job, its tenant and its lease, as a take or a finish hands it out.
+type Handed = (Option<i64>, Option<i32>, Option<i64>);
+
+#[test]
+fn a_lease_that_runs_out_in_the_job_table_hands_the_job_back_and_fences_the_late_finish() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    let mut c = schema(&cluster.url, "lease");
+    let handed = |row: postgres::Row| -> Handed { (row.get(0), row.get(1), row.get(2)) };
+    // Workers 1 to 3, alive (their server process is this connection's).
+    c.batch_execute("SELECT noisylab_ready(1), noisylab_ready(2), noisylab_ready(3)")
+        .unwrap();
+    for queue in ["fifo", "fair", "vtc"] {
+        // Tenant 1, a cap of 1, a lease of 50 ms; two jobs.
+        let (weights, durations): (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+        c.execute(
+            "SELECT noisylab_setup($1, 1, -1, -1, 'lease_', $2, $3)",
+            &[&queue, &weights, &durations],
+        )
+        .unwrap();
+        c.batch_execute(
+            "SELECT noisylab_lease(50000); SELECT * FROM noisylab_submit(0, 1, 1); \
+             SELECT * FROM noisylab_submit(1, 1, 1); SELECT noisylab_expect(2)",
+        )
+        .unwrap();
+        let take = |c: &mut postgres::Client, me: i32, woken: bool| {
+            handed(
+                c.query_one(
+                    "SELECT job, tenant, lease FROM noisylab_take($1, $2)",
+                    &[&me, &woken],
+                )
+                .unwrap(),
+            )
+        };
+        let finish = |c: &mut postgres::Client, me: i32, job: i64, lease: Option<i64>| {
+            handed(
+                c.query_one(
+                    "SELECT job, tenant, lease FROM noisylab_finish($1, $2, 1, $3)",
+                    &[&me, &job, &lease],
+                )
+                .unwrap(),
+            )
+        };
+        let first = take(&mut c, 1, false);
+        assert_eq!((first.0, first.1), (Some(0), Some(1)), "{queue}");
+        assert_eq!(
+            take(&mut c, 2, false).0,
+            None,
+            "{queue}: tenant 1 at its cap of 1"
+        );
+        // The holder goes quiet past its lease; nobody calls but the reap,
+        // which hands the job back and wakes the idle worker.
+        std::thread::sleep(std::time::Duration::from_millis(120));
+        let reaped: i32 = c.query_one("SELECT noisylab_reap()", &[]).unwrap().get(0);
+        assert_eq!(reaped, 1, "{queue}");
+        let woken: i64 = c
+            .query_one("SELECT count(*) FROM woken", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(woken, 1, "{queue}: the idle worker is woken for it");
+        // Started again under a new lease: its cap slot was freed.
+        let again = take(&mut c, 2, true);
+        assert_eq!((again.0, again.1), (Some(0), Some(1)), "{queue}");
+        assert_ne!(again.2, first.2, "{queue}: a new lease");
+        // The first holder's finish is refused, and it is handed nothing.
+        assert_eq!(finish(&mut c, 1, 0, first.2).0, None, "{queue}");
+        let renew = |c: &mut postgres::Client, lease: Option<i64>| -> bool {
+            c.query_one("SELECT noisylab_renew(0, $1)", &[&lease])
+                .unwrap()
+                .get(0)
+        };
+        assert_eq!(
+            (renew(&mut c, first.2), renew(&mut c, again.2)),
+            (false, true),
+            "{queue}"
+        );
+        let next = finish(&mut c, 2, 0, again.2);
+        assert_eq!(next.0, Some(1), "{queue}");
+        // The same finish sent again (its reply lost): known by its lease,
+        // neither refused nor counted.
+        assert_eq!(finish(&mut c, 3, 0, again.2).0, None, "{queue}");
+        assert_eq!(finish(&mut c, 2, 1, next.2).0, None, "{queue}");
+        let rows: Vec<(String, i32, i32)> = c
+            .query(
+                "SELECT state::text, redelivered, late FROM job ORDER BY id",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        let want = [("f".to_string(), 1, 1), ("f".to_string(), 0, 0)];
+        assert_eq!(rows, want, "{queue}");
+        let (done, running): (i64, i32) = {
+            let r = c
+                .query_one(
+                    "SELECT done, (SELECT running FROM tenant WHERE t = 1) FROM cfg",
+                    &[],
+                )
+                .unwrap();
+            (r.get(0), r.get(1))
+        };
+        assert_eq!(
+            (done, running),
+            (2, 0),
+            "{queue}: no cap slot leaked, the refused finish uncounted"
+        );
+        if queue == "vtc" {
+            let ctr: f64 = c
+                .query_one("SELECT ctr FROM tenant WHERE t = 1", &[])
+                .unwrap()
+                .get(0);
+            assert_eq!(
+                ctr, 2.0,
+                "charged for two jobs, not three: the lost start refunded"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_workers_connections_dropped_twice_lose_nothing_on_postgres() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    // Each worker's server process ended (pg_terminate_backend), twice:
+    // they connect again, listen again, and a wake sent meanwhile is not
+    // lost. A new connection is a new server process: longer than what is
+    // left of the smoke lab's 60 ms lease for some, whose finish comes late.
+    super::faults::drops_lose_nothing(
+        server_plan(
+            ServerKind::Postgres,
+            Target::Url(cluster.url.clone()),
+            Some(2),
+        ),
+        false,
+    );
 }
