@@ -201,10 +201,12 @@ pub(super) fn kill_and_pause_lose_nothing(plan: ServerPlan) {
         assert_eq!(f.injected, 2, "{name}: {f:?}");
         // The killed process held jobs in the burst: they came back.
         assert!(f.redelivered >= 1, "{name}: {f:?}");
-        // Only the stopped process's 2 workers can finish past a lease, and
-        // each such finish is of a job another worker ran to its end.
-        assert_eq!(f.ran_twice, f.late_finishes_refused, "{name}: {f:?}");
-        assert!(f.ran_twice <= 2, "{name}: {f:?}");
+        // Each job run twice had a finish refused. (Not one each: with the
+        // smoke lab's 60 ms lease, a loaded machine (a CI run; the job
+        // table's 2 ms calls) lets a lease run out on a worker no fault
+        // struck, and a job may be refused twice. The exact counts are the
+        // model's, tested on the virtual clock in src/tests/faults.rs.)
+        assert!(f.ran_twice <= f.late_finishes_refused, "{name}: {f:?}");
         ran_twice += f.ran_twice;
     }
     assert!(ran_twice >= 1, "a stopped worker's job ran twice");
@@ -221,8 +223,7 @@ fn the_workers_connections_dropped_twice_lose_nothing() {
 /// The burst in full flight: every worker's connection dropped at 0.15 s
 /// and again at 0.3 s, on the server `plan` names; they connect again and
 /// go on. `within_lease`: every worker is back within its lease (else a
-/// worker may lose the lease it held at each drop, and its finish come
-/// late).
+/// worker may lose the lease it held at a drop, and its finish come late).
 pub(super) fn drops_lose_nothing(plan: ServerPlan, within_lease: bool) {
     let runs = smoke_lab_on(
         "\n[[fault]]\nat_s = 0.15\nkind = \"drop_connections\"\n\
@@ -241,8 +242,10 @@ pub(super) fn drops_lose_nothing(plan: ServerPlan, within_lease: bool) {
                 "{name}: {f:?}"
             );
         } else {
-            // At most the lease each worker held at each drop.
-            assert!(f.late_finishes_refused <= 2 * 4, "{name}: {f:?}");
+            // A late finish is refused, and its job ran twice at most once
+            // for each (the 60 ms lease is tight: on a loaded machine a
+            // worker no fault struck may lose one too, so no count of the
+            // drops' own bounds them).
             assert!(f.ran_twice <= f.late_finishes_refused, "{name}: {f:?}");
         }
     }
