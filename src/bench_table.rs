@@ -200,7 +200,7 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<(f64,
             (next.get::<_, Option<i64>>(0), next.get::<_, Option<i32>>(1))
         {
             next = w.query_one(
-                "SELECT job, tenant FROM noisylab_finish($1, $2, $3)",
+                "SELECT job, tenant FROM noisylab_finish($1, $2, $3, NULL)",
                 &[&me, &job, &t],
             )?;
         }
