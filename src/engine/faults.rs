@@ -21,8 +21,8 @@
 //!   connect again on their backoff (1 ms, doubling to 128 ms).
 //!
 //! A held job whose lease runs out before its worker reaches the server
-//! again goes back first of its tenant's queue at that instant (or when the
-//! server is back), and its worker's finish is refused when it comes. Left
+//! again goes back to its tenant's queue (by its number, ahead of the jobs
+//! that never started) at that instant (or when the server is back), and its worker's finish is refused when it comes. Left
 //! out of the model (said where its figures are read): on Redis a worker
 //! stopped or killed while idle may take a wake token with it, so a job can
 //! wait for the next one; a lease renewed after a pause keeps the renewal

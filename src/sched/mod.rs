@@ -138,8 +138,8 @@ impl KeyTurns {
         self.queues[key as usize].front().copied()
     }
 
-    /// `job` first of its key's jobs again, its key first of the tenant's
-    /// turns if it had no work.
+    /// `job` back among its key's jobs by its number (`put_back`), its
+    /// key first of the tenant's turns if it had no work.
     fn push_front(&mut self, tenant: TenantId, job: JobId) {
         let key = self.key_of[job as usize] as usize;
         if self.queues[key].is_empty() {
@@ -423,9 +423,10 @@ impl AnyScheduler {
 
 impl Scheduler for AnyScheduler {
     /// A running job of `tenant` goes back to be started again (its
-    /// worker's lease ran out on a queue server): first of its tenant's
-    /// waiting jobs, no longer running, so its cap slot is free. `fifo`
-    /// serves it by its own arrival; `fair` first among its tenant's jobs,
+    /// worker's lease ran out on a queue server): among its tenant's
+    /// waiting jobs by its number, so ahead of every one that never started
+    /// (`put_back`), no longer running, so its cap slot is free. `fifo`
+    /// serves it by its own arrival; `fair` in its tenant's turn,
     /// the tenant a newcomer if it had nothing else waiting (back in the
     /// ring if it was at its cap); `vtc` refunds the start's charge. The
     /// queue servers' functions keep the same rule, and the tests hold them

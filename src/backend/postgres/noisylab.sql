@@ -432,8 +432,8 @@ BEGIN
   RETURN n;
 END $$;
 
--- A running job of tenant p_t goes back to the front of its tenant's
--- queue (its lease ran out), its cap slot freed; where that leaves the
+-- A running job of tenant p_t goes back to its tenant's queue by its
+-- number (its lease ran out), its cap slot freed; where that leaves the
 -- tenant in its discipline's order is the in-process schedulers' rule.
 CREATE FUNCTION nl_requeue(c cfg, p_job bigint, p_t int) RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable

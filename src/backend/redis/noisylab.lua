@@ -28,8 +28,9 @@
 -- Leases (after setting lease): a take leases the
 -- job to its worker until the server's clock passes the lease; a worker
 -- holding a job longer renews it (FCALL noisylab_renew 0 P job tenant
--- lease). Every call first hands expired leases' jobs back to the front of
--- their tenant's queue (noisylab_reap does only that, for a queue whose
+-- lease). Every call first hands expired leases' jobs back to their
+-- tenant's queue, by their number ahead of every job that never started
+-- (noisylab_reap does only that, for a queue whose
 -- workers are all gone): a worker that died or stopped loses its job, its
 -- cap slot is freed, and the job starts again in its tenant's turn. A
 -- finish is fenced: one whose lease ran out is refused (logged "x") and
@@ -205,8 +206,6 @@ local function pop(P, c, t)
   return tonumber(job)
 end
 
--- `job` first of the tenant's waiting jobs again (with keys, first of its
--- key's, and its key first of the turns if it had no work).
 -- A handed-back job into list `l` by its number: ahead of every job that
 -- never started (all numbered after it), behind older ones handed back
 -- before it (the scan covers those only). The list's new length.
@@ -221,6 +220,8 @@ local function put_back(l, job)
   return redis.call('RPUSH', l, job)
 end
 
+-- `job` back among the tenant's waiting jobs by its number (with keys,
+-- among its key's, and its key first of the turns if it had no work).
 local function push_front(P, c, t, job)
   if not c.keys then
     put_back(P .. 'q:' .. t, job)
@@ -418,8 +419,8 @@ local function refund(P, t, job)
   end
 end
 
--- A running job of tenant t whose lease ran out goes back to the front of
--- its tenant's queue, and its cap slot is freed: fifo serves it by its own
+-- A running job of tenant t whose lease ran out goes back to its tenant's
+-- queue by its number (push_front), and its cap slot is freed: fifo serves it by its own
 -- (oldest) arrival, fair in its tenant's turn (a tenant with nothing else
 -- waiting joins the fresh tenants, served first), vtc refunds its charge
 -- and does not lift the counter (the tenant is chosen again at the counter

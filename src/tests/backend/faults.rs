@@ -1,6 +1,6 @@
 //! Leases and faults on Redis (the lab-level checks are shared with the
 //! PostgreSQL tests, `smoke_lab_on`). The functions: a job whose lease runs out
-//! goes back to the front of its tenant's queue with its cap slot freed (and
+//! goes back to its tenant's queue (by its number) with its cap slot freed (and
 //! vtc's charge refunded), the late holder's finish is refused, and a reap
 //! with every worker gone wakes an idle one. The lab: a worker process
 //! killed and another stopped past its lease during the smoke lab's burst,
