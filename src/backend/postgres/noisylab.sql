@@ -438,7 +438,7 @@ END $$;
 CREATE FUNCTION nl_requeue(c cfg, p_job bigint, p_t int) RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-  w int; r int;
+  w int; r int; h bigint;
 BEGIN
   SELECT waiting, running INTO w, r FROM tenant WHERE t = p_t; -- before
   IF c.queue = 'vtc' THEN
@@ -451,21 +451,23 @@ BEGIN
     WHERE t = p_t;
   r := r - 1;
   IF c.cap <> nl_no_cap() THEN PERFORM nl_runnable(c, w, r + 1, w + 1, r); END IF;
+  -- Its next job: this one, or an older one handed back before it.
+  h := (SELECT first FROM nl_heads(p_t));
   IF w = 0 OR (r < c.cap AND r + 1 >= c.cap) THEN
     -- It was in no turn: nothing waiting, or at its cap and now below.
     IF c.reserve >= 0 AND w > 0 THEN UPDATE tenant SET capped = NULL WHERE t = p_t; END IF;
     IF r >= c.cap THEN
-      IF c.reserve >= 0 THEN UPDATE tenant SET capped = p_job WHERE t = p_t; END IF;
+      IF c.reserve >= 0 THEN UPDATE tenant SET capped = h WHERE t = p_t; END IF;
     ELSIF c.queue = 'fair' AND w = 0 THEN
       UPDATE tenant SET lane = 0, ready = nextval('tick') WHERE t = p_t;
     ELSE
-      PERFORM nl_ready(c, p_t, p_job);
+      PERFORM nl_ready(c, p_t, h);
     END IF;
   ELSIF c.queue = 'fifo' AND r < c.cap AND c.cap <> nl_no_cap() THEN
-    -- In line by its oldest job, which this one now is.
-    UPDATE tenant SET ready = p_job WHERE t = p_t AND ready IS NOT NULL;
+    -- In line by its next job.
+    UPDATE tenant SET ready = h WHERE t = p_t AND ready IS NOT NULL;
   ELSIF c.reserve >= 0 AND r >= c.cap THEN
-    UPDATE tenant SET capped = p_job WHERE t = p_t AND capped IS NOT NULL;
+    UPDATE tenant SET capped = h WHERE t = p_t AND capped IS NOT NULL;
   END IF;
 END $$;
 
