@@ -133,7 +133,8 @@ pub struct FaultFigures {
     #[serde(default)]
     pub lost: u64,
     /// The longest restart of the server: from the kill until it answered
-    /// again, its file loaded, milliseconds (0: none).
+    /// again (its append-only file loaded, its write-ahead log replayed),
+    /// milliseconds (0: none).
     #[serde(default)]
     pub restart_ms: f64,
     /// Each class's share of `redelivered` and `ran_twice`, by class name

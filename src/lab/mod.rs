@@ -296,19 +296,6 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
     };
     let (kind, name) = (server.server.name(), server.server.title());
     if !s.fault.is_empty() {
-        if server.server != ServerKind::Redis
-            && let Some((i, f)) = s
-                .fault
-                .iter()
-                .enumerate()
-                .find(|(_, f)| f.kind == FaultKind::RestartServer)
-        {
-            anyhow::bail!(
-                "fault[{i}]: {} is not carried by the {name} backend yet (kill_worker, \
-                 pause_worker and drop_connections are): run it with --backend redis",
-                f.kind.name()
-            );
-        }
         if server.processes == Some(0) {
             anyhow::bail!("[[fault]] strikes worker processes the lab starts: drop --processes 0");
         }
@@ -318,7 +305,7 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
                 if server.target != Target::Own {
                     anyhow::bail!(
                         "fault[{i}]: restart_server restarts the server the lab starts \
-                         (--backend redis), not one given by URL"
+                         (--backend {kind}), not one given by URL"
                     );
                 }
                 continue;

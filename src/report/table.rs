@@ -213,7 +213,7 @@ fn by_class(f: &crate::results::FaultFigures) -> String {
 }
 
 /// What the lease table's columns mean.
-pub const LEASE_NOTE: &str = "a take leases its job to the worker; a job whose worker went quiet past its lease went back to its tenant's queue, ahead of the jobs that never started (redelivered); ran twice: its first worker finished it too, and that finish was refused; lost: jobs the server had accepted and no longer held after a restart; restart: the longest, from the kill until the server answered again, its file loaded; by class: each class's redelivered and ran-twice jobs (medians taken class by class)";
+pub const LEASE_NOTE: &str = "a take leases its job to the worker; a job whose worker went quiet past its lease went back to its tenant's queue, ahead of the jobs that never started (redelivered); ran twice: its first worker finished it too, and that finish was refused; lost: jobs the server had accepted and no longer held after a restart; restart: the longest, from the kill until the server answered again (Redis: its append-only file loaded; PostgreSQL: its write-ahead log replayed); by class: each class's redelivered and ran-twice jobs (medians taken class by class)";
 
 /// [`LEASE_NOTE`], and where the faults were simulated, what that means.
 pub fn lease_note(results: &LabResults) -> String {

@@ -86,29 +86,25 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
         &["run", "lab/smoke.toml", "--fault", fault],
         "[[fault]] on real timers strikes worker processes on a queue server: run it with --backend redis, or simulate it on the virtual clock (--clock virtual)",
     );
-    assert_bad_input(
-        &[
-            "run",
-            "lab/smoke.toml",
-            "--backend",
-            "postgres",
-            "--fault",
-            "kind=restart_server,at_s=0.2",
-        ],
-        "fault[0]: restart_server is not carried by the PostgreSQL backend yet (kill_worker, pause_worker and drop_connections are): run it with --backend redis",
-    );
-    // Only a server the lab started can be restarted (from its file).
-    assert_bad_input(
-        &[
-            "run",
-            "lab/smoke.toml",
-            "--backend",
-            "redis://127.0.0.1:1/",
-            "--fault",
-            "kind=restart_server,at_s=0.2",
-        ],
-        "fault[0]: restart_server restarts the server the lab starts (--backend redis), not one given by URL",
-    );
+    // Only a server the lab started can be restarted.
+    for (url, kind) in [
+        ("redis://127.0.0.1:1/", "redis"),
+        ("postgres://noisylab@127.0.0.1:1/postgres", "postgres"),
+    ] {
+        assert_bad_input(
+            &[
+                "run",
+                "lab/smoke.toml",
+                "--backend",
+                url,
+                "--fault",
+                "kind=restart_server,at_s=0.2",
+            ],
+            &format!(
+                "fault[0]: restart_server restarts the server the lab starts (--backend {kind}), not one given by URL"
+            ),
+        );
+    }
     // A server restarted from its append-only file cannot go without one.
     let text = std::fs::read_to_string("lab/smoke.toml").unwrap()
         + "\n[backend]\nurl = \"redis\"\nappend_only = false\n";

@@ -113,9 +113,16 @@ pub struct PgWire {
     /// This run was handed to the workers (a later start is a
     /// replacement's).
     in_run: bool,
+    /// Counters the server lost in its restarts (a crash resets its
+    /// statement statistics; a new postmaster has its own CPU time).
+    carried: PgMark,
+    /// The run ended while the server restarted (its word to the
+    /// coordinator was lost with the connection).
+    ended: bool,
 }
 
 /// Counters read before a run.
+#[derive(Debug, Clone, Default)]
 pub struct PgMark {
     calls: i64,
     ms: f64,
@@ -167,6 +174,8 @@ impl PgWire {
             server,
             told: 0,
             in_run: false,
+            carried: PgMark::default(),
+            ended: false,
         })
     }
 
@@ -205,6 +214,46 @@ impl PgWire {
             .map_err(db)?
             .get(0))
     }
+
+    /// The counters as the server has them now (since its last start).
+    fn raw_mark(&mut self) -> Result<PgMark> {
+        let (calls, ms) = match &self.statements {
+            Some(at) => {
+                let row = self
+                    .client
+                    .query_one(
+                        &format!(
+                            "SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time), 0)::float8 \
+                             FROM {at}.pg_stat_statements WHERE query ~ 'noisylab_(take|finish|submit)'"
+                        ),
+                        &[],
+                    )
+                    .map_err(db)?;
+                (row.get(0), row.get(1))
+            }
+            None => (0, 0.0),
+        };
+        Ok(PgMark {
+            calls,
+            ms,
+            lsn: self.one("SELECT pg_current_wal_insert_lsn()::text")?,
+            cpu_s: self.own_server_pid().and_then(server::cpu_s),
+        })
+    }
+
+    /// A new connection of the coordinator's, listening for the run's end
+    /// again.
+    fn reconnect(&mut self) -> Result<()> {
+        let mut client = connect(&self.url)?;
+        client
+            .batch_execute(&format!(
+                "SET search_path TO {}; LISTEN \"{}end\"",
+                self.schema, self.channel
+            ))
+            .map_err(db)?;
+        self.client = client;
+        Ok(())
+    }
 }
 
 impl Wire for PgWire {
@@ -233,6 +282,7 @@ impl Wire for PgWire {
     }
 
     fn setup(&mut self, _run: u32, setup: &Setup<'_>) -> Result<()> {
+        self.ended = false;
         let s = setup.strategy;
         let opt = |v: Option<u32>| v.map_or(-1, |v| v as i32);
         let durations: Vec<i64> = setup.durations.iter().map(|&d| d as i64).collect();
@@ -283,27 +333,13 @@ impl Wire for PgWire {
     }
 
     fn mark(&mut self) -> Result<PgMark> {
-        let (calls, ms) = match &self.statements {
-            Some(at) => {
-                let row = self
-                    .client
-                    .query_one(
-                        &format!(
-                            "SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time), 0)::float8 \
-                             FROM {at}.pg_stat_statements WHERE query ~ 'noisylab_(take|finish|submit)'"
-                        ),
-                        &[],
-                    )
-                    .map_err(db)?;
-                (row.get(0), row.get(1))
-            }
-            None => (0, 0.0),
-        };
+        let now = self.raw_mark()?;
+        let c = &self.carried;
         Ok(PgMark {
-            calls,
-            ms,
-            lsn: self.one("SELECT pg_current_wal_insert_lsn()::text")?,
-            cpu_s: self.own_server_pid().and_then(server::cpu_s),
+            calls: now.calls + c.calls,
+            ms: now.ms + c.ms,
+            lsn: now.lsn,
+            cpu_s: now.cpu_s.zip(c.cpu_s.or(Some(0.0))).map(|(a, b)| a + b),
         })
     }
 
@@ -371,6 +407,9 @@ impl Wire for PgWire {
     }
 
     fn wait_end(&mut self, wait: Duration) -> Result<bool> {
+        if std::mem::take(&mut self.ended) {
+            return Ok(true);
+        }
         let end = format!("{}end", self.channel);
         let mut heard = false;
         let mut notes = self.client.notifications();
@@ -460,6 +499,46 @@ impl Wire for PgWire {
              FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid",
         )?;
         Ok(n as u64)
+    }
+
+    fn restart(&mut self, down: Duration) -> Result<()> {
+        let before = self.mark()?;
+        let Some(server) = &mut self.server else {
+            bail!(
+                "restart_server restarts the server the lab started (--backend postgres), not one given by URL"
+            );
+        };
+        server.restart(down)?;
+        self.reconnect()?;
+        let now = self.raw_mark()?;
+        self.carried = PgMark {
+            calls: before.calls - now.calls,
+            ms: before.ms - now.ms,
+            lsn: String::new(),
+            cpu_s: before.cpu_s.zip(now.cpu_s).map(|(b, n)| b - n),
+        };
+        // The last finish's word may have been lost with the connection.
+        self.ended = self.one("SELECT coalesce(done >= expect, false) FROM cfg")?;
+        Ok(())
+    }
+
+    fn enqueued(&mut self) -> Result<u64> {
+        // A row for each submit the server accepted this run.
+        let n: i64 = self.one("SELECT count(*) FROM job")?;
+        Ok(n as u64)
+    }
+
+    fn durability(&self) -> Option<String> {
+        self.server.as_ref().map(|s| {
+            format!(
+                "write-ahead log, fsync {}",
+                if s.fsync() { "on" } else { "off" }
+            )
+        })
+    }
+
+    fn promise(&self) -> &'static str {
+        server::PROMISE
     }
 
     fn reap(&mut self) -> Result<()> {

@@ -24,11 +24,20 @@ pub const USER: &str = "noisylab";
 /// How long a new cluster may take to answer.
 const START_DEADLINE: Duration = Duration::from_secs(30);
 
+/// What the lab's own cluster promises across a restart.
+pub const PROMISE: &str = "PostgreSQL writes each commit to its write-ahead log before it \
+     replies (synchronous_commit on), so a crash of the server loses no job it acknowledged \
+     (fsync off risks that only on a crash of the machine)";
+
 /// A running cluster that this process made and started.
 #[derive(Debug)]
 pub struct OwnedCluster {
     child: Child,
     dir: PathBuf,
+    /// `postgres`, its command line and who runs it (to start it again).
+    exe: PathBuf,
+    args: Vec<String>,
+    ids: Option<(u32, u32)>,
     pub url: String,
     /// Whether `pg_stat_statements` is loaded.
     pub statements: bool,
@@ -128,47 +137,76 @@ impl OwnedCluster {
             .parent()
             .is_some_and(|p| p.join("lib/pg_stat_statements.so").is_file());
         let log = dir.join("postgres.log");
-        let log_file = std::fs::File::create(&log)?;
+        std::fs::File::create(&log)?;
         chown(&log)?;
-        let mut cmd = command(&bin.join("postgres"), ids);
-        cmd.arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
-            .arg("-c")
-            .arg(format!("unix_socket_directories={}", dir.display()))
-            .args(["-c", &format!("fsync={}", if fsync { "on" } else { "off" })])
-            .args(["-c", "max_connections=300"])
-            // A queue's rows churn: vacuum its tables as they ask, not once a
-            // minute (their own thresholds are in the schema).
-            .args(["-c", "autovacuum_naptime=1s"]);
+        let mut args: Vec<String> = vec!["-D".into(), data.display().to_string()];
+        let mut set = |setting: String| args.extend(["-c".to_string(), setting]);
+        set(format!("port={port}"));
+        set("listen_addresses=127.0.0.1".into());
+        set(format!("unix_socket_directories={}", dir.display()));
+        set(format!("fsync={}", if fsync { "on" } else { "off" }));
+        set("max_connections=300".into());
+        // A queue's rows churn: vacuum its tables as they ask, not once a
+        // minute (their own thresholds are in the schema).
+        set("autovacuum_naptime=1s".into());
         if statements {
-            cmd.args(["-c", "shared_preload_libraries=pg_stat_statements"]);
+            set("shared_preload_libraries=pg_stat_statements".into());
         }
-        cmd.stdout(Stdio::null()).stderr(log_file);
-        die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {}", bin.join("postgres").display()))?;
+        let exe = bin.join("postgres");
+        let child = spawn(&exe, &args, ids, &log)?;
         let mut cluster = OwnedCluster {
             child,
             dir,
+            exe,
+            args,
+            ids,
             url: format!("postgres://{USER}@127.0.0.1:{port}/postgres"),
             statements,
         };
-        cluster.wait_ready(&log)?;
+        cluster.wait_ready()?;
         Ok(cluster)
+    }
+
+    /// Stop the server as a crash would (an immediate shutdown: every
+    /// server process quits at once, nothing written on the way out) and,
+    /// after `down`, start it again on its port and folder: it replays its
+    /// write-ahead log first.
+    pub fn restart(&mut self, down: Duration) -> Result<()> {
+        // SAFETY: a plain signal to our own child.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGQUIT);
+        }
+        let deadline = Instant::now() + START_DEADLINE;
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                bail!(
+                    "postgres did not stop within {} s of SIGQUIT",
+                    START_DEADLINE.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(down);
+        self.child = spawn(&self.exe, &self.args, self.ids, &self.log())?;
+        self.wait_ready()
+            .context("postgres did not come back after its restart")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("postgres.log")
     }
 
     /// Until the server accepts a connection; its log's last line if it
     /// exits.
-    fn wait_ready(&mut self, log: &Path) -> Result<()> {
+    fn wait_ready(&mut self) -> Result<()> {
+        let log = self.log();
         let deadline = Instant::now() + START_DEADLINE;
         loop {
             if postgres::Client::connect(&self.url, postgres::NoTls).is_ok() {
                 return Ok(());
             }
             if let Some(status) = self.child.try_wait()? {
-                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
                 let last = text.lines().last().unwrap_or("no log").trim();
                 bail!("postgres exited at start ({status}): {last}");
             }
@@ -183,10 +221,25 @@ impl OwnedCluster {
         }
     }
 
+    /// Whether it syncs its write-ahead log to disk.
+    pub fn fsync(&self) -> bool {
+        self.args.iter().any(|a| a == "fsync=on")
+    }
+
     /// The server's process id (the postmaster).
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+}
+
+/// `postgres` with `args`, as `ids`, its messages appended to `log`.
+fn spawn(exe: &Path, args: &[String], ids: Option<(u32, u32)>, log: &Path) -> Result<Child> {
+    let log_file = std::fs::OpenOptions::new().append(true).open(log)?;
+    let mut cmd = command(exe, ids);
+    cmd.args(args).stdout(Stdio::null()).stderr(log_file);
+    die_with_parent(&mut cmd);
+    cmd.spawn()
+        .with_context(|| format!("cannot start {}", exe.display()))
 }
 
 impl Drop for OwnedCluster {

@@ -132,22 +132,9 @@ fn a_lease_that_runs_out_hands_the_job_back_and_fences_the_late_finish() {
 }
 
 /// The smoke lab (4 workers in 2 processes, 20 ms jobs: a 60 ms lease)
-/// with a capped vtc too and `faults` (TOML) added, on a Redis server of
-/// its own: every strategy's run loses nothing and keeps every cap by the
+/// with a capped vtc too and `faults` (TOML) added, on the server `plan`
+/// names: every strategy's run loses nothing and keeps every cap by the
 /// server's stamps; each run's fault figures, by strategy.
-fn smoke_lab_with(faults: &str) -> Vec<(String, FaultFigures)> {
-    let persist = faults.contains("restart_server");
-    smoke_lab_on(
-        faults,
-        ServerPlan {
-            // A server to restart keeps an append-only file.
-            persist,
-            ..redis_plan(Target::Own, Some(2))
-        },
-    )
-}
-
-/// The same on the server `plan` names.
 pub(super) fn smoke_lab_on(faults: &str, plan: ServerPlan) -> Vec<(String, FaultFigures)> {
     let text = std::fs::read_to_string("lab/smoke.toml").unwrap()
         + "\n[[strategy]]\nname = \"vtc, cap 2\"\nqueue = \"vtc\"\ncap = 2\n"
@@ -256,17 +243,27 @@ fn the_server_killed_and_started_again_from_its_file_loses_nothing() {
     let _turn = one_at_a_time();
     let Some(_gate) = server() else { return };
     drop(_gate); // only the check; the backend starts its own
-    // The burst in flight: the server killed at 0.15 s and started again
-    // 50 ms later (a lease is 60 ms), and killed at 0.4 s and started again
-    // at once. Workers and the coordinator connect again.
-    let runs = smoke_lab_with(
+    restarts_lose_nothing(ServerPlan {
+        // A server to restart keeps an append-only file.
+        persist: true,
+        ..redis_plan(Target::Own, Some(2))
+    });
+}
+
+/// The burst in flight: the server `plan` starts is killed at 0.15 s and
+/// started again 50 ms later (a lease is 60 ms), and killed at 0.4 s and
+/// started again at once. Workers and the coordinator connect again.
+pub(super) fn restarts_lose_nothing(plan: ServerPlan) {
+    let runs = smoke_lab_on(
         "\n[[fault]]\nat_s = 0.15\nkind = \"restart_server\"\nduration_s = 0.05\n\
          \n[[fault]]\nat_s = 0.4\nkind = \"restart_server\"\n",
+        plan,
     );
     for (name, f) in runs {
         assert_eq!(f.injected, 2, "{name}: {f:?}");
         // Every job the server had accepted was still there after each.
         assert_eq!(f.lost, 0, "{name}: {f:?}");
+        assert!(f.restart_ms > 0.0, "{name}: {f:?}");
         // A finish past its lease is of a job another worker ran to its
         // end; a slow restart (a loaded machine's fsync) can put one job
         // past its lease twice, so two refused finishes for one job.

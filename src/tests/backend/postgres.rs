@@ -11,7 +11,7 @@ use std::path::Path;
 use noisylab::backend::coordinator::queue_name;
 use noisylab::backend::postgres::server::{self as pg_server, OwnedCluster};
 use noisylab::backend::postgres::{self as pg, PgBackend};
-use noisylab::backend::{ServerKind, Target};
+use noisylab::backend::{ServerKind, ServerPlan, Target};
 use noisylab::scenario::{Queue, Scenario};
 
 use super::{
@@ -335,6 +335,21 @@ fn a_worker_killed_and_one_stopped_past_its_lease_lose_nothing_on_postgres() {
         Target::Url(cluster.url.clone()),
         Some(2),
     ));
+}
+
+#[test]
+fn the_server_stopped_as_by_a_crash_and_started_again_loses_nothing_on_postgres() {
+    let _turn = one_at_a_time();
+    let Some(gate) = cluster() else { return };
+    drop(gate); // only the check; the lab starts its own, to restart it
+    // An immediate shutdown (every server process quits, nothing written
+    // on the way out) and a start that replays the write-ahead log: the
+    // workers and the coordinator connect again, every committed job is
+    // there (fsync off loses nothing in a crash of the server alone).
+    super::faults::restarts_lose_nothing(ServerPlan {
+        fsync: false,
+        ..server_plan(ServerKind::Postgres, Target::Own, Some(2))
+    });
 }
 
 /// A job, its tenant and its lease, as a take or a finish hands it out.
