@@ -141,6 +141,32 @@ pub struct FaultFigures {
     /// (classes with none left out).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub by_class: BTreeMap<String, ClassFaults>,
+    /// Each fault in time order: the neighbours' waits across it (files
+    /// from before it was measured have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovery: Vec<FaultRecovery>,
+}
+
+/// The neighbours (every non-bursting tenant together) across one fault:
+/// their rolling p95 wait (a wait counted when it ended, at the job's
+/// last start) over windows of `window_ms`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultRecovery {
+    /// The fault's kind and instant, as the scenario gives them.
+    pub kind: String,
+    pub at_s: f64,
+    pub window_ms: f64,
+    /// The p95 of the window that ends at the fault, milliseconds (`None`:
+    /// no neighbour's wait ended in it, as behind FIFO's burst).
+    pub before_ms: Option<f64>,
+    /// The highest p95 from the fault until the next one (or the traffic's
+    /// end), milliseconds (`None`: no wait ended meanwhile).
+    pub peak_ms: Option<f64>,
+    /// Seconds from the fault until the p95 was back within twice its value
+    /// before (at least 1 ms) and stayed there until the next fault, or
+    /// the traffic's end; `None`: it was not.
+    pub recovered_s: Option<f64>,
 }
 
 /// One class's jobs struck by faults.

@@ -228,7 +228,7 @@ impl Recovery {
 
 /// An attempt's wait: to its start, or for one dropped when its client
 /// stopped waiting, until then (the client's timeout: a lower bound).
-fn wait(j: &JobRecord) -> Option<Nanos> {
+pub(super) fn wait(j: &JobRecord) -> Option<Nanos> {
     match j.fate {
         Fate::Cancelled => Some(j.finished.saturating_sub(j.enqueued)),
         _ if j.started != NEVER => Some(j.started - j.enqueued),
@@ -236,7 +236,7 @@ fn wait(j: &JobRecord) -> Option<Nanos> {
     }
 }
 
-fn p95(mut v: Vec<Nanos>) -> Nanos {
+pub(super) fn p95(mut v: Vec<Nanos>) -> Nanos {
     v.sort_unstable();
     v[nearest_rank(v.len(), 0.95)]
 }

@@ -6,11 +6,13 @@
 //!   calibration before it, its start time, wall time and peak memory).
 //! - [`summary`] turns a run's job records into its figures, and a
 //!   strategy's runs into their median, min and max.
+//! - [`recovery`] measures the neighbours' waits across each fault.
 //! - [`warnings`] decides, once, what a person should be told about the figures.
 
 pub mod delivery;
 pub mod fairness;
 pub mod limits;
+pub mod recovery;
 pub mod summary;
 pub mod warnings;
 
@@ -424,7 +426,11 @@ fn run_once(
         plan.keep_raw,
     );
     run.figures.queue = record.queue;
-    run.figures.faults = record.faults;
+    run.figures.faults = record.faults.map(|mut f| {
+        let population = scenario.population();
+        f.recovery = recovery::across_faults(scenario, &population, &record.jobs);
+        f
+    });
     run.late = record.late;
     Ok(run)
 }

@@ -8,9 +8,9 @@ use hdrhistogram::Histogram;
 use crate::engine::load::secs_to_ns;
 use crate::engine::{JobRecord, NEVER, Nanos, Pool, RunStats};
 use crate::results::{
-    ClassFaults, ClassFigures, Delivery, Fairness, FaultFigures, Figures, OccupancyTrace,
-    QueueFigures, RawHistograms, RawRun, Refused, RunResult, Slowdown, StrategyResults,
-    TenantFigures,
+    ClassFaults, ClassFigures, Delivery, Fairness, FaultFigures, FaultRecovery, Figures,
+    OccupancyTrace, QueueFigures, RawHistograms, RawRun, Refused, RunResult, Slowdown,
+    StrategyResults, TenantFigures,
 };
 use crate::scenario::{Population, Scenario, Strategy};
 use crate::stats::{
@@ -505,7 +505,34 @@ fn combine_faults(runs: &[&Figures], pick: Pick) -> Option<FaultFigures> {
         lost: count(&|x| x.lost),
         restart_ms: f(&|x| x.restart_ms),
         by_class: combine_class_faults(&fs, pick),
+        recovery: combine_recovery(&fs, pick),
     })
+}
+
+/// `pick` of each fault's figures across the runs (a run that never
+/// recovered counts as the slowest).
+fn combine_recovery(fs: &[&FaultFigures], pick: Pick) -> Vec<FaultRecovery> {
+    let n = fs.iter().map(|x| x.recovery.len()).max().unwrap_or(0);
+    (0..n)
+        .filter_map(|k| {
+            let of: Vec<&FaultRecovery> = fs.iter().filter_map(|x| x.recovery.get(k)).collect();
+            let first = of.first()?;
+            // Of the runs that have the figure.
+            let f = |get: &dyn Fn(&FaultRecovery) -> Option<f64>| {
+                let v: Vec<f64> = of.iter().filter_map(|x| get(x)).collect();
+                (!v.is_empty()).then(|| pick_all(v.into_iter(), pick))
+            };
+            let recovered: Vec<Option<f64>> = of.iter().map(|x| x.recovered_s).collect();
+            Some(FaultRecovery {
+                kind: first.kind.clone(),
+                at_s: first.at_s,
+                window_ms: first.window_ms,
+                before_ms: f(&|x| x.before_ms),
+                peak_ms: f(&|x| x.peak_ms),
+                recovered_s: pick_recovery(&recovered, pick),
+            })
+        })
+        .collect()
 }
 
 /// `pick` of each class's struck jobs across runs (a run without a class

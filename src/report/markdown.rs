@@ -70,6 +70,14 @@ impl MarkdownExporter {
             out.push_str(&table.to_string());
             out.push('\n');
         }
+        if let Some(table) = super::table::recovery_table(results, ASCII_MARKDOWN) {
+            out.push_str(&format!(
+                "\nAcross each fault (medians of the runs; {}):\n\n",
+                super::table::recovery_note(results)
+            ));
+            out.push_str(&table.to_string());
+            out.push('\n');
+        }
         if !results.warnings.is_empty() {
             out.push_str("\nWarnings:\n\n");
             for w in &results.warnings {

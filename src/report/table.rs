@@ -212,6 +212,62 @@ fn by_class(f: &crate::results::FaultFigures) -> String {
         .join(", ")
 }
 
+/// The neighbours' waits across each fault, a column a fault; `None`
+/// without faults measured so (files from before).
+pub fn recovery_table(results: &LabResults, style: TableStyle) -> Option<Table> {
+    let rows: Vec<_> = results
+        .strategies
+        .iter()
+        .filter_map(|s| Some((s, &s.median.fault_figures()?.recovery)))
+        .filter(|(_, r)| !r.is_empty())
+        .collect();
+    let (_, first) = rows.first()?;
+    let mut table = Table::new();
+    table.load_style(style);
+    let mut header = vec!["Strategy".to_string()];
+    header.extend(
+        first
+            .iter()
+            .map(|f| format!("{} at {} s", f.kind, sig3(f.at_s))),
+    );
+    table.set_header(header);
+    for (s, faults) in rows {
+        let mut row = vec![s.name.clone()];
+        row.extend(faults.iter().map(|f| {
+            let ms = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{} ms", sig3(v)));
+            let back = match (f.before_ms, f.recovered_s) {
+                (None, None) => return "no neighbour's job started".to_string(),
+                (None, _) => return format!("none before → {}", ms(f.peak_ms)),
+                (_, Some(0.0)) => "never over".to_string(),
+                (_, Some(t)) => format!("back in {} s", sig3(t)),
+                (_, None) => "not back".to_string(),
+            };
+            format!("{} → {}, {back}", ms(f.before_ms), ms(f.peak_ms))
+        }));
+        table.add_row(row);
+    }
+    right_align(&mut table);
+    Some(table)
+}
+
+/// What the recovery table's cells mean.
+pub fn recovery_note(results: &LabResults) -> String {
+    let window = results
+        .strategies
+        .iter()
+        .filter_map(|s| s.median.fault_figures()?.recovery.first())
+        .map(|f| f.window_ms)
+        .next()
+        .unwrap_or(0.0);
+    format!(
+        "the neighbours' rolling p95 wait (every non-bursting tenant together; a wait counts when \
+         it ends, at the job's start; windows of {} ms): in the window just before the fault → its highest until the next \
+         fault (none: no neighbour's job started); back: when it was within twice its value before (at least 1 ms) and stayed \
+         there until the next fault or the traffic's end; not back: it was not",
+        sig3(window)
+    )
+}
+
 /// What the lease table's columns mean.
 pub const LEASE_NOTE: &str = "a take leases its job to the worker; a job whose worker went quiet past its lease went back to its tenant's queue, ahead of the jobs that never started (redelivered); ran twice: its first worker finished it too, and that finish was refused; lost: jobs the server had accepted and no longer held after a restart; restart: the longest, from the kill until the server answered again (Redis: its append-only file loaded; PostgreSQL: its write-ahead log replayed); by class: each class's redelivered and ran-twice jobs (medians taken class by class)";
 
@@ -539,6 +595,14 @@ impl Exporter for TableExporter {
             out.push_str("\nLeases and faults (medians of the runs):\n");
             out.push_str(&fit_terminal(table).to_string());
             out.push_str(&format!("\nLeases: {}.\n", lease_note(results)));
+        }
+        if let Some(table) = recovery_table(results, UTF8_FULL_CONDENSED) {
+            out.push_str("\nAcross each fault (medians of the runs):\n");
+            out.push_str(&fit_terminal(table).to_string());
+            out.push_str(&format!(
+                "\nAcross each fault: {}.\n",
+                recovery_note(results)
+            ));
         }
         if has_workload(results) {
             out.push_str("\nPer class (medians of the runs):\n");

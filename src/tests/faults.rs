@@ -250,3 +250,58 @@ fn the_command_line_simulates_faults_on_the_virtual_clock_and_reports_them() {
         "{stdout}"
     );
 }
+
+#[test]
+fn the_neighbours_waits_across_each_fault_say_when_they_were_back() {
+    let s = Scenario::load(Path::new("lab/faults.toml")).unwrap();
+    let results = lab::virtual_lab(s);
+    let across = |name: &str| {
+        let s = results.strategies.iter().find(|s| s.name == name).unwrap();
+        s.median.fault_figures().unwrap().recovery.clone()
+    };
+    // Behind FIFO's burst no neighbour's job starts from 2 s until the
+    // burst is through: nothing before any fault to be back to.
+    let fifo = across("Shared FIFO");
+    assert_eq!(fifo.len(), 4);
+    assert!(
+        fifo.iter()
+            .all(|f| f.before_ms.is_none() && f.recovered_s.is_none())
+    );
+    let capped = across("Fair queue with cap of 4");
+    let kinds: Vec<&str> = capped.iter().map(|f| f.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "kill_worker",
+            "pause_worker",
+            "drop_connections",
+            "restart_server"
+        ]
+    );
+    // 40 neighbours' jobs a second: windows of 20 of them, 0.5 s.
+    assert!(capped.iter().all(|f| f.window_ms == 500.0));
+    // Under the cap a neighbour's job starts as it arrives (0 ms on the
+    // virtual clock). The kill struck only the noisy tenant's jobs.
+    assert_eq!(
+        (
+            capped[0].before_ms,
+            capped[0].peak_ms,
+            capped[0].recovered_s
+        ),
+        (Some(0.0), Some(0.0), Some(0.0))
+    );
+    // The stop at 6 s struck neighbours' jobs that had started at once:
+    // each started again when its lease ran out, a wait of exactly the
+    // lease (300 ms), ending between 6.2 and 6.25 s (they started between
+    // 5.9 and 5.95 s). The last 0.5 s window holding one ends at 6.7 s
+    // (steps of 50 ms); from 6.75 s the p95 is back under 2 × 0 (1 ms at
+    // least): back 0.75 s after the fault.
+    assert_eq!(
+        (
+            capped[1].before_ms,
+            capped[1].peak_ms,
+            capped[1].recovered_s
+        ),
+        (Some(0.0), Some(300.0), Some(0.75))
+    );
+}

@@ -159,6 +159,11 @@ pub(super) fn smoke_lab_on(faults: &str, plan: ServerPlan) -> Vec<(String, Fault
         };
         assert_eq!(sum(|c| c.redelivered), f.redelivered, "{f:?}");
         assert_eq!(sum(|c| c.ran_twice), f.ran_twice, "{f:?}");
+        // The neighbours' waits across each fault, in time order.
+        let at: Vec<f64> = f.recovery.iter().map(|r| r.at_s).collect();
+        let mut want: Vec<f64> = s.fault.iter().map(|f| f.at_s).collect();
+        want.sort_by(f64::total_cmp);
+        assert_eq!(at, want, "{f:?}");
         out.push((def.name.clone(), f));
     }
     out
