@@ -238,28 +238,33 @@ pub struct Coordinator<W: Wire> {
     accepted: u64,
     /// This run's longest restart of the server.
     restart_max: Duration,
+    /// The relays in front of the server for the processes a `slow_link`
+    /// strikes, by process.
+    relays: std::collections::BTreeMap<u32, super::relay::Relay>,
 }
 
 impl<W: Wire> Coordinator<W> {
     /// Start `processes` worker processes (`None`: enough that none runs
     /// more than [`WORKERS_PER_PROCESS`], at least 2; 0: workers join from
-    /// elsewhere) for a pool of `workers`, and wait until they have joined.
-    pub fn start(
-        wire: W,
-        workers: u32,
-        processes: Option<u32>,
-        worker_exe: Option<std::path::PathBuf>,
-    ) -> Result<Coordinator<W>> {
-        let processes = processes_for(workers, processes);
+    /// elsewhere) for a pool of `workers`, and wait until they have joined;
+    /// `plan.slowed`'s processes connect through a relay of their own.
+    pub fn start(wire: W, workers: u32, plan: &super::ServerPlan) -> Result<Coordinator<W>> {
+        let processes = processes_for(workers, plan.processes);
+        let relays = plan
+            .slowed
+            .iter()
+            .map(|&k| Ok((k, super::relay::Relay::start(wire.url())?)))
+            .collect::<Result<_>>()?;
         let mut c = Coordinator {
             wire,
             workers,
             processes,
             children: Vec::new(),
             runs: 0,
-            worker_exe,
+            worker_exe: plan.worker_exe.clone(),
             accepted: 0,
             restart_max: Duration::ZERO,
+            relays,
         };
         c.spawn_workers()?;
         c.wait_joined()?;
@@ -286,8 +291,9 @@ impl<W: Wire> Coordinator<W> {
             Some(exe) => exe.clone(),
             None => std::env::current_exe().context("cannot find noisylab's own binary")?,
         };
+        let url = self.relays.get(&k).map_or(self.wire.url(), |r| r.url());
         let mut cmd = Command::new(&exe);
-        cmd.args(["worker", "--backend", self.wire.url(), "--run"])
+        cmd.args(["worker", "--backend", url, "--run"])
             .arg(self.wire.lab_id())
             .args(["--workers", &self.share(k).to_string()])
             .stdin(Stdio::null())
@@ -302,6 +308,13 @@ impl<W: Wire> Coordinator<W> {
         let (k, signal) = match action {
             Action::Drop => return self.wire.drop_workers(),
             Action::Restart(down) => return self.restart(down).map(|_| 0),
+            Action::Slow(k, delay) => {
+                let relay = self.relays.get(&k).ok_or_else(|| {
+                    anyhow!("a slow_link strikes worker process {}, which the lab started without a relay", k + 1)
+                })?;
+                relay.set_delay(delay);
+                return Ok(0);
+            }
             Action::Respawn(k) => {
                 self.child(k)?;
                 let child = self.spawn_one(k)?;

@@ -1,8 +1,8 @@
 //! A run's faults as timed actions on the worker processes: a scenario's
 //! `[[fault]]` entries, each turned into a pair (kill, then a replacement;
-//! stop, then continue) or one action (drop the workers' connections;
-//! restart the server, down for its duration) at instants from the run's
-//! start. The coordinator
+//! stop, then continue; a slow link, then a well one) or one action (drop
+//! the workers' connections; restart the server, down for its duration) at
+//! instants from the run's start. The coordinator
 //! sleeps to the next one, does it, and at the run's end undoes whatever
 //! is still undone, so every run ends with the whole pool.
 
@@ -25,6 +25,9 @@ pub enum Action {
     Drop,
     /// Kill the server and start it again after this long.
     Restart(Duration),
+    /// From now, process `k`'s round trips take this much longer (0: its
+    /// link is well again).
+    Slow(u32, Duration),
 }
 
 /// The actions of one run, in time order.
@@ -39,6 +42,8 @@ pub struct Injector {
     /// Processes killed and not yet replaced, stopped and not continued.
     dead: std::collections::BTreeSet<u32>,
     stopped: std::collections::BTreeSet<u32>,
+    /// Processes whose link is slow.
+    slowed: std::collections::BTreeSet<u32>,
 }
 
 impl Injector {
@@ -54,6 +59,10 @@ impl Injector {
                 FaultKind::RestartServer => {
                     (Action::Restart(Duration::from_secs_f64(f.duration())), None)
                 }
+                FaultKind::SlowLink => (
+                    Action::Slow(k, Duration::from_nanos(f.delay_ns())),
+                    Some(Action::Slow(k, Duration::ZERO)),
+                ),
                 _ => (Action::Kill(k), Some(Action::Respawn(k))),
             };
             todo.push((at(f.at_s), begin));
@@ -90,6 +99,13 @@ impl Injector {
                 self.stopped.insert(k);
             }
             Action::Drop | Action::Restart(_) => self.injected += 1,
+            Action::Slow(k, d) if !d.is_zero() => {
+                self.injected += 1;
+                self.slowed.insert(k);
+            }
+            Action::Slow(k, _) => {
+                self.slowed.remove(&k);
+            }
             Action::Respawn(k) => {
                 self.dead.remove(&k);
             }
@@ -116,7 +132,10 @@ impl Injector {
         let cont = std::mem::take(&mut self.stopped)
             .into_iter()
             .map(Action::Cont);
-        cont.chain(respawn).collect()
+        let well = std::mem::take(&mut self.slowed)
+            .into_iter()
+            .map(|k| Action::Slow(k, Duration::ZERO));
+        cont.chain(respawn).chain(well).collect()
     }
 }
 
@@ -130,6 +149,7 @@ mod tests {
             kind,
             duration_s: Some(duration_s),
             target: Some(target),
+            delay_ms: None,
         }
     }
 

@@ -26,6 +26,7 @@ pub mod faults;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+pub mod relay;
 pub mod worker;
 
 use std::sync::atomic::AtomicBool;
@@ -98,6 +99,9 @@ pub struct ServerPlan {
     /// Redis of the lab's own: an append-only file, to be restarted from
     /// (a scenario with a `restart_server` fault).
     pub persist: bool,
+    /// Worker processes (from 0) that connect through a relay of their
+    /// own, to be slowed (a scenario's `slow_link` targets).
+    pub slowed: Vec<u32>,
 }
 
 impl ServerPlan {

@@ -274,14 +274,16 @@ pub struct RunOpts {
     /// A fault injected into every run on a queue server, as a scenario's
     /// `[[fault]]` says it (repeatable; added to the scenario's):
     /// `kind=pause_worker,at_s=6,duration_s=1,target=2`. Kinds:
-    /// kill_worker, pause_worker, drop_connections.
+    /// kill_worker, pause_worker, drop_connections, restart_server,
+    /// slow_link (with delay_ms=MILLISECONDS).
     #[arg(long = "fault", value_name = "KEY=VALUE,…", value_parser = parse_fault)]
     pub faults: Vec<crate::scenario::Fault>,
 }
 
 /// `--fault`'s value: a `[[fault]]` table's keys, comma-separated.
 fn parse_fault(text: &str) -> Result<crate::scenario::Fault, String> {
-    const FORM: &str = "kind=KIND,at_s=SECONDS[,duration_s=SECONDS][,target=PROCESS]";
+    const FORM: &str =
+        "kind=KIND,at_s=SECONDS[,duration_s=SECONDS][,target=PROCESS][,delay_ms=MILLISECONDS]";
     let mut lines = Vec::new();
     for part in text.split(',') {
         let (key, value) = part
@@ -317,6 +319,7 @@ fn parse_backend(text: &str) -> Result<QueueBackend, String> {
         worker_exe: None,
         fsync: true,
         persist: false,
+        slowed: Vec::new(),
     }))
 }
 
@@ -382,6 +385,14 @@ impl RunOpts {
                     );
                 }
                 r.persist = restarts || append_only == Some(true);
+                r.slowed = scenario
+                    .fault
+                    .iter()
+                    .filter(|f| f.kind == crate::scenario::FaultKind::SlowLink)
+                    .map(|f| f.process())
+                    .collect();
+                r.slowed.sort_unstable();
+                r.slowed.dedup();
             }
             (QueueBackend::InProcess, Some(_)) => anyhow::bail!(
                 "--processes goes with a queue server (--backend redis or --backend postgres)"

@@ -15,6 +15,13 @@
 //! - `pause_worker`: not before the process continues, `duration_s` later;
 //! - `drop_connections`: every worker's next call fails, and it connects
 //!   again after its first backoff step (1 ms);
+//! - `slow_link`: for `duration_s`, a job its process's workers take
+//!   reaches them `delay_ms`/2 late and their report the server as late
+//!   (a job holds its worker `delay_ms` longer), and a worker woken while
+//!   idle takes `delay_ms` after the wake (the model hands it the job at
+//!   the wake, where a server keeps the job queued until the take arrives
+//!   and a worker that comes free meanwhile may take it first); a job held
+//!   when the link turns slow or well keeps the timing of its take;
 //! - `restart_server`: the server answers nobody for `duration_s` plus the
 //!   restart's own time (`restart_ns`: 0 in the model, the measured one
 //!   where `validate` replays a run); arrivals wait for it, the workers
@@ -55,6 +62,17 @@ pub struct FaultPlan {
     pub faults: Vec<Fault>,
 }
 
+impl FaultPlan {
+    /// Each slow link's window and delay: (from, until, delay), ns.
+    pub fn slow_links(&self) -> Vec<(Nanos, Nanos, Nanos)> {
+        self.faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::SlowLink)
+            .map(|f| (secs(f.at_s), secs(f.at_s + f.duration()), f.delay_ns()))
+            .collect()
+    }
+}
+
 /// What faults did in one run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FaultTally {
@@ -84,6 +102,8 @@ enum Act {
     Drop,
     /// The server answers nobody for this long.
     Restart(Nanos),
+    /// Process k's round trips take this much longer from now (0: well).
+    Slow(u32, Nanos),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +135,9 @@ struct Worker {
     /// Its connection broke while it waited to rejoin: its next call waits
     /// for the server, back at this instant.
     broken: Option<Nanos>,
+    /// When it last reported a job (a take at that instant is the
+    /// finish's own, not a wake's).
+    reported: Option<Nanos>,
 }
 
 /// The report of a held job, as [`Faults::report`] finds it.
@@ -146,6 +169,8 @@ pub struct Faults {
     /// (instant, action), latest first.
     todo: Vec<(Nanos, Act)>,
     procs: Vec<Proc>,
+    /// Each process's added round trip (a slow link; 0: none).
+    slow: Vec<Nanos>,
     workers: Vec<Worker>,
     /// Idle workers, the longest idle first.
     idle: VecDeque<u32>,
@@ -184,8 +209,9 @@ impl Faults {
                 }
                 FaultKind::DropConnections => todo.push((at, Act::Drop)),
                 FaultKind::RestartServer => todo.push((at, Act::Restart(until - at))),
-                // Refused before a run (not carried).
-                FaultKind::SlowLink => {}
+                FaultKind::SlowLink => {
+                    todo.extend([(at, Act::Slow(k, f.delay_ns())), (until, Act::Slow(k, 0))])
+                }
             }
         }
         // Stable: a fault's end stays after its begin at one instant.
@@ -199,6 +225,7 @@ impl Faults {
                 epoch: 0,
                 held: None,
                 broken: None,
+                reported: None,
             })
             .collect();
         Faults {
@@ -206,6 +233,7 @@ impl Faults {
             restart: plan.restart_ns,
             todo,
             procs: vec![Proc::Up; processes as usize],
+            slow: vec![0; processes as usize],
             idle: (0..workers.len() as u32).collect(),
             workers,
             expiries: BinaryHeap::new(),
@@ -247,21 +275,39 @@ impl Faults {
     }
 
     /// The longest idle worker takes attempt `id` at `started`, to hold it
-    /// `hold`: its index (the engine's completion carries it).
-    pub fn assign(&mut self, id: JobId, ticket: JobId, started: Nanos, hold: Nanos) -> u32 {
+    /// `hold`: its index (the engine's completion carries it), when the
+    /// job starts and when its worker reports it. On a slow link (a delay
+    /// d) the job reaches the worker d/2 after its take and the report the
+    /// server d/2 after the job's end; a worker woken while idle (not
+    /// taking on with its own finish) takes d after the wake.
+    pub fn assign(
+        &mut self,
+        id: JobId,
+        ticket: JobId,
+        started: Nanos,
+        hold: Nanos,
+    ) -> (u32, Nanos, Nanos) {
         let w = self
             .idle
             .pop_front()
             .expect("the engine starts a job only with a worker idle");
-        self.workers[w as usize].held = Some(Held {
+        let worker = &mut self.workers[w as usize];
+        let delay = self.slow[worker.process as usize];
+        let start = if delay > 0 && worker.reported != Some(started) {
+            started + delay
+        } else {
+            started
+        };
+        let report = start.saturating_add(hold).saturating_add(delay);
+        worker.held = Some(Held {
             id,
             ticket,
-            started,
+            started: start,
             hold,
-            report: started.saturating_add(hold),
+            report,
             lost: false,
         });
-        w
+        (w, start, report)
     }
 
     /// Worker `w` reports its job (the completion due now): finished, or
@@ -272,6 +318,7 @@ impl Faults {
             .held
             .take()
             .expect("a completion's worker holds its job");
+        worker.reported = Some(held.report);
         self.idle.push_back(w);
         if held.lost {
             self.tally.refused.push(held.id);
@@ -380,6 +427,10 @@ impl Faults {
                 self.tally.injected += 1;
                 self.break_links(now, now, running);
                 self.tally.dropped += self.reachable();
+            }
+            Act::Slow(k, delay) => {
+                self.tally.injected += u64::from(delay > 0);
+                self.slow[k as usize] = delay;
             }
             Act::Restart(down) => {
                 self.tally.injected += 1;
@@ -531,6 +582,7 @@ mod tests {
             kind,
             duration_s,
             target,
+            delay_ms: None,
         }
     }
 
@@ -578,12 +630,50 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_link_holds_its_workers_jobs_the_delay_longer_and_wakes_them_late() {
+        let slow = Fault {
+            delay_ms: Some(20.0),
+            ..fault(0.0, FaultKind::SlowLink, Some(10.0), Some(1))
+        };
+        let mut f = Faults::new(&plan(vec![slow]), 4, std::iter::empty());
+        let mut running = BinaryHeap::new();
+        assert_eq!(f.step(0, &mut running), Step::Pool);
+        assert_eq!(f.tally.injected, 1);
+        // Four 100 ms jobs woken onto idle workers at 10 ms: process 1's
+        // (workers 0 and 1) take 20 ms after the wake and report 20 ms
+        // after their job's end; process 2's as without the fault.
+        let taken: Vec<_> = (0..4)
+            .map(|id| f.assign(id, id, 10 * MS, 100 * MS))
+            .collect();
+        assert_eq!(
+            taken,
+            [
+                (0, 30 * MS, 150 * MS),
+                (1, 30 * MS, 150 * MS),
+                (2, 10 * MS, 110 * MS),
+                (3, 10 * MS, 110 * MS)
+            ]
+        );
+        // Worker 0 reports and takes on at once (no wake): 150 → 270 ms.
+        assert_eq!(f.report(0), Report::Finished);
+        assert_eq!(f.assign(4, 4, 150 * MS, 100 * MS), (0, 150 * MS, 270 * MS));
+        // The link well again at 10 s: no delay.
+        assert_eq!(f.next_at(), Some(10_000 * MS));
+        assert_eq!(f.step(10_000 * MS, &mut running), Step::Pool);
+        assert_eq!(f.report(1), Report::Finished);
+        assert_eq!(
+            f.assign(5, 5, 10_010 * MS, 100 * MS),
+            (1, 10_010 * MS, 10_110 * MS)
+        );
+    }
+
+    #[test]
     fn a_pause_past_the_lease_hands_the_job_back_and_refuses_the_finish() {
         let pause = fault(0.05, FaultKind::PauseWorker, Some(1.0), Some(1));
         let mut f = Faults::new(&plan(vec![pause]), 4, std::iter::empty());
         let mut running = BinaryHeap::new();
         // Workers 0 and 1 are process 1's; worker 0 takes a 100 ms job at 0.
-        let w = f.assign(7, 7, 0, 100 * MS);
+        let (w, ..) = f.assign(7, 7, 0, 100 * MS);
         assert_eq!(w, 0);
         running.push(Reverse((100 * MS, 7, w)));
         assert_eq!(f.next_at(), Some(50 * MS));
@@ -612,7 +702,7 @@ mod tests {
         let pause = fault(0.05, FaultKind::PauseWorker, Some(0.1), Some(1));
         let mut f = Faults::new(&plan(vec![pause]), 4, std::iter::empty());
         let mut running = BinaryHeap::new();
-        let w = f.assign(3, 3, 0, 100 * MS);
+        let (w, ..) = f.assign(3, 3, 0, 100 * MS);
         running.push(Reverse((100 * MS, 3, w)));
         f.step(50 * MS, &mut running);
         assert_eq!(running.peek(), Some(&Reverse((150 * MS, 3, 0))));
@@ -626,7 +716,7 @@ mod tests {
         let mut f = Faults::new(&plan(vec![kill]), 4, std::iter::empty());
         let mut running = BinaryHeap::new();
         for id in 0..4 {
-            let w = f.assign(id, id, 0, 100 * MS);
+            let (w, ..) = f.assign(id, id, 0, 100 * MS);
             running.push(Reverse((100 * MS, id, w)));
         }
         f.step(50 * MS, &mut running);
@@ -652,7 +742,7 @@ mod tests {
         let restart = fault(0.05, FaultKind::RestartServer, Some(0.1), None);
         let mut f = Faults::new(&plan(vec![restart]), 2, std::iter::empty());
         let mut running = BinaryHeap::new();
-        let w = f.assign(0, 0, 0, 100 * MS);
+        let (w, ..) = f.assign(0, 0, 0, 100 * MS);
         running.push(Reverse((100 * MS, 0, w)));
         f.step(50 * MS, &mut running);
         assert_eq!(f.server_at(60 * MS), 150 * MS);

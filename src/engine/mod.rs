@@ -671,9 +671,9 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 self.occupancy.started(burst);
                 if reject_ns > 0 {
                     // The refusal holds the worker; see `complete`.
-                    self.jobs[id as usize].started = started;
-                    let w = self.hand(id, ticket, started, reject_ns);
-                    self.running.push(Reverse((started + reject_ns, id, w)));
+                    let (w, start, done) = self.hand(id, ticket, started, reject_ns);
+                    self.jobs[id as usize].started = start;
+                    self.running.push(Reverse((done, id, w)));
                     self.idle -= 1;
                 } else {
                     self.occupancy.finished(burst);
@@ -682,22 +682,30 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 self.refuse(started, id, Refusal::Provider, wait);
                 continue;
             }
-            self.jobs[id as usize].started = started;
             let hold = job.duration + self.clock.model_overshoot(self.pool);
-            let w = self.hand(id, ticket, started, hold);
-            self.running
-                .push(Reverse((started.saturating_add(hold), id, w)));
+            let (w, start, done) = self.hand(id, ticket, started, hold);
+            self.jobs[id as usize].started = start;
+            self.running.push(Reverse((done, id, w)));
             self.idle -= 1;
             self.occupancy.started(burst);
         }
     }
 
     /// The worker that takes attempt `id` (0 without simulated faults,
-    /// where workers have no identity).
-    fn hand(&mut self, id: JobId, ticket: JobId, started: Nanos, hold: Nanos) -> u32 {
+    /// where workers have no identity), when the job starts and when it
+    /// completes (`started` and `hold` later, but on a simulated slow link).
+    fn hand(
+        &mut self,
+        id: JobId,
+        ticket: JobId,
+        started: Nanos,
+        hold: Nanos,
+    ) -> (u32, Nanos, Nanos) {
         self.faults
             .as_mut()
-            .map_or(0, |f| f.assign(id, ticket, started, hold))
+            .map_or((0, started, started.saturating_add(hold)), |f| {
+                f.assign(id, ticket, started, hold)
+            })
     }
 
     /// Seconds until a tenant with `waiting` jobs queued has drained them at

@@ -236,7 +236,9 @@ pub fn recovery_table(results: &LabResults, style: TableStyle) -> Option<Table> 
         row.extend(faults.iter().map(|f| {
             let ms = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{} ms", sig3(v)));
             let back = match (f.before_ms, f.recovered_s) {
-                (None, None) => return "no neighbour's job started".to_string(),
+                (None, _) if f.peak_ms.is_none() => {
+                    return "no neighbour's job started".to_string();
+                }
                 (None, _) => return format!("none before → {}", ms(f.peak_ms)),
                 (_, Some(0.0)) => "never over".to_string(),
                 (_, Some(t)) => format!("back in {} s", sig3(t)),

@@ -25,6 +25,10 @@ pub struct Fault {
     /// Which worker process, from 1 (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<u32>,
+    /// `slow_link`: how much longer each round trip of the process's
+    /// workers takes while it lasts, milliseconds (half each way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<f64>,
 }
 
 /// What a fault does.
@@ -41,12 +45,11 @@ pub enum FaultKind {
     /// The server the run owns is killed (SIGKILL, a crash) and started
     /// again from its append-only file.
     RestartServer,
-    /// A worker's round trips delayed.
+    /// One worker process's round trips to the server take `delay_ms`
+    /// longer for `duration_s` (its connections pass a relay that holds
+    /// each way's bytes half the delay).
     SlowLink,
 }
-
-/// The kinds the lab injects so far.
-pub const FAULT_KINDS_CARRIED: &str = "kill_worker, pause_worker, drop_connections, restart_server";
 
 impl FaultKind {
     pub fn name(self) -> &'static str {
@@ -58,17 +61,17 @@ impl FaultKind {
             FaultKind::SlowLink => "slow_link",
         }
     }
-
-    /// Whether the lab can inject it yet.
-    pub fn carried(self) -> bool {
-        !matches!(self, FaultKind::SlowLink)
-    }
 }
 
 impl Fault {
     /// The worker process it strikes, from 0.
     pub fn process(&self) -> u32 {
         self.target.unwrap_or(1) - 1
+    }
+
+    /// `slow_link`'s added round trip, nanoseconds (0 for the others).
+    pub fn delay_ns(&self) -> u64 {
+        (self.delay_ms.unwrap_or(0.0) * 1e6).round() as u64
     }
 
     /// How long it lasts, seconds.
@@ -83,12 +86,6 @@ impl Fault {
             return Err(format!(
                 "at_s must be 0 or more seconds, found {}",
                 self.at_s
-            ));
-        }
-        if !self.kind.carried() {
-            return Err(format!(
-                "kind {:?} is not carried yet; allowed: {FAULT_KINDS_CARRIED}",
-                self.kind.name()
             ));
         }
         if let Some(d) = self.duration_s
@@ -113,6 +110,33 @@ impl Fault {
         if self.kind == FaultKind::RestartServer && self.target.is_some() {
             return Err(
                 "restart_server strikes the server, not a worker process: leave out target".into(),
+            );
+        }
+        match (self.kind, self.delay_ms) {
+            (FaultKind::SlowLink, Some(d)) if d.is_finite() && d > 0.0 => {}
+            (FaultKind::SlowLink, Some(d)) => {
+                return Err(format!(
+                    "delay_ms must be more than 0 milliseconds, found {d}"
+                ));
+            }
+            (FaultKind::SlowLink, None) => {
+                return Err(
+                    "slow_link needs delay_ms, more than 0: how much longer each round trip takes"
+                        .into(),
+                );
+            }
+            (_, Some(_)) => {
+                return Err(format!(
+                    "delay_ms goes with slow_link, not {}: leave it out",
+                    self.kind.name()
+                ));
+            }
+            (_, None) => {}
+        }
+        if self.kind == FaultKind::SlowLink && self.duration() <= 0.0 {
+            return Err(
+                "slow_link needs duration_s, more than 0 seconds: how long the link stays slow"
+                    .into(),
             );
         }
         if self.target == Some(0) {
@@ -158,18 +182,32 @@ mod tests {
             kind,
             duration_s,
             target,
+            delay_ms: None,
         };
         assert!(f(FaultKind::KillWorker, None, None).check().is_ok());
         let pause = f(FaultKind::PauseWorker, None, None).check().unwrap_err();
         assert!(pause.contains("needs duration_s"), "{pause}");
         let zero = f(FaultKind::KillWorker, None, Some(0)).check().unwrap_err();
         assert!(zero.contains("from 1, found 0"), "{zero}");
-        let later = f(FaultKind::SlowLink, None, None).check().unwrap_err();
+        let slow = |duration_s, delay_ms| Fault {
+            delay_ms,
+            ..f(FaultKind::SlowLink, duration_s, None)
+        };
+        assert!(slow(Some(1.0), Some(20.0)).check().is_ok());
+        let no_delay = slow(Some(1.0), None).check().unwrap_err();
+        assert!(no_delay.contains("slow_link needs delay_ms"), "{no_delay}");
+        let no_time = slow(None, Some(20.0)).check().unwrap_err();
+        assert!(no_time.contains("slow_link needs duration_s"), "{no_time}");
+        let zero = slow(Some(1.0), Some(0.0)).check().unwrap_err();
+        assert!(zero.contains("more than 0 milliseconds, found 0"), "{zero}");
+        let stray = Fault {
+            delay_ms: Some(5.0),
+            ..f(FaultKind::KillWorker, None, None)
+        };
+        let stray = stray.check().unwrap_err();
         assert!(
-            later.contains(
-                "not carried yet; allowed: kill_worker, pause_worker, drop_connections, restart_server"
-            ),
-            "{later}"
+            stray.contains("delay_ms goes with slow_link, not kill_worker"),
+            "{stray}"
         );
         assert!(f(FaultKind::RestartServer, None, None).check().is_ok());
         let aimed = f(FaultKind::RestartServer, None, Some(1))

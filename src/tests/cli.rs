@@ -77,8 +77,8 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
     );
     clap_error("kind=kill_worker,at=1", "unknown field `at`");
     clap_error(
-        "kind=slow_link,at_s=1",
-        "kind \"slow_link\" is not carried yet; allowed: kill_worker, pause_worker, drop_connections, restart_server",
+        "kind=slow_link,at_s=1,delay_ms=20",
+        "slow_link needs duration_s, more than 0 seconds: how long the link stays slow",
     );
     // Each checked before anything starts: no lab, no server.
     let fault = "kind=kill_worker,at_s=0.2";

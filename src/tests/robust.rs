@@ -170,7 +170,7 @@ fn each_bad_scenario_gets_its_message() {
         ),
         (
             format!("{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"slow_link\"\n"),
-            "x.toml: fault[0]: kind \"slow_link\" is not carried yet; allowed: kill_worker, pause_worker, drop_connections, restart_server",
+            "x.toml: fault[0]: slow_link needs delay_ms, more than 0: how much longer each round trip takes",
         ),
         (
             format!("{ARTICLE}\n[[fault]]\nat_s = 3\nkind = \"pause_worker\"\n"),

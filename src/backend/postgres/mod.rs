@@ -33,7 +33,7 @@ pub type PgBackend = Coordinator<PgWire>;
 /// processes for a pool of `workers`, and wait until they have joined.
 pub fn start(plan: &ServerPlan, workers: u32) -> Result<PgBackend> {
     let wire = PgWire::open(&plan.target, plan.fsync)?;
-    Coordinator::start(wire, workers, plan.processes, plan.worker_exe.clone())
+    Coordinator::start(wire, workers, plan)
 }
 
 /// The schema of lab `id`.

@@ -32,7 +32,7 @@ pub type RedisBackend = Coordinator<RedisWire>;
 /// processes for a pool of `workers`, and wait until they have joined.
 pub fn start(plan: &ServerPlan, workers: u32) -> Result<RedisBackend> {
     let wire = RedisWire::open(&plan.target, plan.persist)?;
-    Coordinator::start(wire, workers, plan.processes, plan.worker_exe.clone())
+    Coordinator::start(wire, workers, plan)
 }
 
 /// One lab's connection to its Redis server (and the server, if the lab

@@ -352,6 +352,17 @@ fn the_server_stopped_as_by_a_crash_and_started_again_loses_nothing_on_postgres(
     });
 }
 
+#[test]
+fn a_slow_link_holds_its_process_s_jobs_longer_and_loses_nothing_on_postgres() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    super::faults::slow_link_loses_nothing(server_plan(
+        ServerKind::Postgres,
+        Target::Url(cluster.url.clone()),
+        Some(2),
+    ));
+}
+
 /// A job, its tenant and its lease, as a take or a finish hands it out.
 type Handed = (Option<i64>, Option<i32>, Option<i64>);
 
