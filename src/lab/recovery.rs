@@ -13,7 +13,7 @@
 //! short enough to see one fault from the next (they are 1.5–3 s apart in
 //! `lab/faults.toml`) holds one or two of its jobs, and a p95 of two waits
 //! is their maximum. Together they send 40 a second; a window holds about
-//! [`WINDOW_JOBS`] of them (a quarter second at least, a second at most).
+//! `WINDOW_JOBS` of them (a quarter second at least, a second at most).
 
 use crate::engine::{JobRecord, NEVER, Nanos};
 use crate::results::FaultRecovery;
