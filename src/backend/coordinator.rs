@@ -247,11 +247,15 @@ impl<W: Wire> Coordinator<W> {
     /// Start `processes` worker processes (`None`: enough that none runs
     /// more than [`WORKERS_PER_PROCESS`], at least 2; 0: workers join from
     /// elsewhere) for a pool of `workers`, and wait until they have joined;
-    /// `plan.slowed`'s processes connect through a relay of their own.
-    pub fn start(wire: W, workers: u32, plan: &super::ServerPlan) -> Result<Coordinator<W>> {
+    /// the `slowed` processes connect through a relay of their own.
+    pub fn start(
+        wire: W,
+        workers: u32,
+        plan: &super::ServerPlan,
+        slowed: &[u32],
+    ) -> Result<Coordinator<W>> {
         let processes = processes_for(workers, plan.processes);
-        let relays = plan
-            .slowed
+        let relays = slowed
             .iter()
             .map(|&k| Ok((k, super::relay::Relay::start(wire.url())?)))
             .collect::<Result<_>>()?;

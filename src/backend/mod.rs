@@ -99,18 +99,25 @@ pub struct ServerPlan {
     /// Redis of the lab's own: an append-only file, to be restarted from
     /// (a scenario with a `restart_server` fault).
     pub persist: bool,
-    /// Worker processes (from 0) that connect through a relay of their
-    /// own, to be slowed (a scenario's `slow_link` targets).
-    pub slowed: Vec<u32>,
 }
 
 impl ServerPlan {
-    /// Start (or reach) the server, start the worker processes for a pool
-    /// of `workers`, and wait until they have joined.
-    pub fn open(&self, workers: u32) -> anyhow::Result<Box<dyn Backend>> {
+    /// Start (or reach) the server, start the worker processes for
+    /// `scenario`'s pool (those its `slow_link` faults strike behind a
+    /// relay of their own), and wait until they have joined.
+    pub fn open(&self, scenario: &Scenario) -> anyhow::Result<Box<dyn Backend>> {
+        let mut slowed: Vec<u32> = scenario
+            .fault
+            .iter()
+            .filter(|f| f.kind == crate::scenario::FaultKind::SlowLink)
+            .map(|f| f.process())
+            .collect();
+        slowed.sort_unstable();
+        slowed.dedup();
+        let workers = scenario.workers;
         Ok(match self.server {
-            ServerKind::Redis => Box::new(redis::start(self, workers)?),
-            ServerKind::Postgres => Box::new(postgres::start(self, workers)?),
+            ServerKind::Redis => Box::new(redis::start(self, workers, &slowed)?),
+            ServerKind::Postgres => Box::new(postgres::start(self, workers, &slowed)?),
         })
     }
 }

@@ -35,6 +35,40 @@ use crate::stats::{encode_histogram, new_histogram, record};
 /// (none without it).
 pub const HOLD_MARGIN: Duration = Duration::ZERO;
 
+/// How long a worker tries to connect again after the server dropped it.
+pub const RECONNECT_FOR: Duration = Duration::from_secs(10);
+
+/// A worker's pauses between tries to reach a server that dropped it: the
+/// model's steps ([`FIRST_BACKOFF`](crate::engine::faults::FIRST_BACKOFF),
+/// doubling to [`MAX_BACKOFF`](crate::engine::faults::MAX_BACKOFF)), for
+/// [`RECONNECT_FOR`].
+pub struct Backoff {
+    until: Instant,
+    pause: Duration,
+}
+
+impl Backoff {
+    /// The first try failed now.
+    pub fn start() -> Backoff {
+        Backoff {
+            until: Instant::now() + RECONNECT_FOR,
+            pause: Duration::from_nanos(crate::engine::faults::FIRST_BACKOFF),
+        }
+    }
+
+    /// [`RECONNECT_FOR`] has passed: give up.
+    pub fn over(&self) -> bool {
+        Instant::now() > self.until
+    }
+
+    /// Sleep the next pause.
+    pub fn sleep(&mut self) {
+        std::thread::sleep(self.pause);
+        let max = Duration::from_nanos(crate::engine::faults::MAX_BACKOFF);
+        self.pause = (self.pause * 2).min(max);
+    }
+}
+
 /// A job as a server hands it out: its number, its queue (tenant or key)
 /// and the lease it was handed with (0 where the server gives none), which
 /// fences its finish.

@@ -319,7 +319,6 @@ fn parse_backend(text: &str) -> Result<QueueBackend, String> {
         worker_exe: None,
         fsync: true,
         persist: false,
-        slowed: Vec::new(),
     }))
 }
 
@@ -385,14 +384,6 @@ impl RunOpts {
                     );
                 }
                 r.persist = restarts || append_only == Some(true);
-                r.slowed = scenario
-                    .fault
-                    .iter()
-                    .filter(|f| f.kind == crate::scenario::FaultKind::SlowLink)
-                    .map(|f| f.process())
-                    .collect();
-                r.slowed.sort_unstable();
-                r.slowed.dedup();
             }
             (QueueBackend::InProcess, Some(_)) => anyhow::bail!(
                 "--processes goes with a queue server (--backend redis or --backend postgres)"

@@ -29,8 +29,8 @@
 //!
 //! A held job whose lease runs out before its worker reaches the server
 //! again goes back to its tenant's queue (by its number, ahead of the jobs
-//! that never started) at that instant (or when the server is back), and its worker's finish is refused when it comes. Left
-//! out of the model (said where its figures are read): on Redis a worker
+//! that never started) at that instant (or when the server is back), and
+//! its worker's finish is refused when it comes. Left out of the model (said where its figures are read): on Redis a worker
 //! stopped or killed while idle may take a wake token with it, so a job can
 //! wait for the next one; a lease renewed after a pause keeps the renewal
 //! times it had from its start; the time a replacement process takes to
@@ -40,13 +40,17 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::Nanos;
+use super::load::secs_to_ns as secs;
 use crate::scenario::faults::default_lease_ns;
 use crate::scenario::{Fault, FaultKind};
 use crate::sched::JobId;
 
 const MS: Nanos = 1_000_000;
 /// A worker's longest pause between attempts to connect again.
-const MAX_BACKOFF: Nanos = 128 * MS;
+pub const MAX_BACKOFF: Nanos = 128 * MS;
+/// A worker's first pause before it tries to connect again (then doubling
+/// to [`MAX_BACKOFF`]): the model's and the worker processes' own.
+pub const FIRST_BACKOFF: Nanos = MS;
 
 /// A run's faults as the engine simulates them.
 #[derive(Debug, Clone)]
@@ -181,10 +185,6 @@ pub struct Faults {
     /// The server answers nobody in [from, until).
     down: Option<(Nanos, Nanos)>,
     pub tally: FaultTally,
-}
-
-fn secs(s: f64) -> Nanos {
-    (s * 1e9).round() as Nanos
 }
 
 impl Faults {
@@ -562,7 +562,7 @@ impl Faults {
 /// after pauses doubling to 128 ms, until the server answers (from `up`):
 /// the instant its call goes through.
 pub fn reconnect(failed: Nanos, up: Nanos) -> Nanos {
-    let (mut at, mut pause) = (failed, MS);
+    let (mut at, mut pause) = (failed, FIRST_BACKOFF);
     loop {
         at += pause;
         pause = (pause * 2).min(MAX_BACKOFF);

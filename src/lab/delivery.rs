@@ -157,11 +157,11 @@ const WINDOW_JOBS: f64 = 100.0;
 /// The shortest rolling window.
 const MIN_WINDOW_NS: Nanos = 1_000_000_000;
 /// Below this, a p95 wait counts as recovered whatever it was before.
-const FLOOR_NS: Nanos = 1_000_000;
+pub(super) const FLOOR_NS: Nanos = 1_000_000;
 
 impl Recovery {
     fn of(scenario: &Scenario) -> Option<Recovery> {
-        let secs = |s: f64| (s * 1e9).round() as Nanos;
+        let secs = crate::engine::load::secs_to_ns;
         let first_burst = scenario.burst.iter().map(|b| secs(b.at_s)).min()?;
         let last_burst_end = scenario
             .burst
@@ -198,31 +198,67 @@ impl Recovery {
             .max(MIN_WINDOW_NS)
             .min(self.first_burst.max(1));
         let step = (window / 4).max(1);
-        // The p95 of the window ending at `t`, if it holds any job.
-        let rolling = |t: Nanos| {
-            let lo = waits.partition_point(|&(at, _)| at < t.saturating_sub(window));
-            let hi = waits.partition_point(|&(at, _)| at < t);
-            (hi > lo).then(|| p95(waits[lo..hi].iter().map(|&(_, w)| w).collect()))
+        let rolling = Rolling {
+            waits: &waits,
+            window,
         };
         let before = (1..)
             .map(|k| k * step)
             .take_while(|&t| t <= self.first_burst)
-            .filter_map(&rolling)
+            .filter_map(|t| rolling.p95_at(t))
             .max()?;
         let threshold = (2 * before).max(FLOOR_NS);
-        let mut last_over: Option<Nanos> = None;
-        let mut t = self.last_burst_end + step;
-        while t <= self.traffic_end {
-            if rolling(t).is_some_and(|p| p > threshold) {
-                last_over = Some(t);
+        rolling
+            .back_within(self.last_burst_end, self.traffic_end, step, threshold)
+            .1
+    }
+}
+
+/// Rolling p95 waits: (instant, wait) pairs in the instants' order, a p95
+/// over each window of `window` that ends at an instant asked for.
+pub(super) struct Rolling<'a> {
+    pub(super) waits: &'a [(Nanos, Nanos)],
+    pub(super) window: Nanos,
+}
+
+impl Rolling<'_> {
+    /// The p95 of the waits in the window that ends at `t`, if it holds
+    /// any.
+    pub(super) fn p95_at(&self, t: Nanos) -> Option<Nanos> {
+        let lo = self
+            .waits
+            .partition_point(|&(at, _)| at < t.saturating_sub(self.window));
+        let hi = self.waits.partition_point(|&(at, _)| at < t);
+        (hi > lo).then(|| p95(self.waits[lo..hi].iter().map(|&(_, w)| w).collect()))
+    }
+
+    /// At steps of `step` from `from` until `until`: the highest p95, and
+    /// the seconds from `from` until the p95 was within `threshold` and
+    /// stayed there (0: it never left; `None`: still over at the end).
+    pub(super) fn back_within(
+        &self,
+        from: Nanos,
+        until: Nanos,
+        step: Nanos,
+        threshold: Nanos,
+    ) -> (Option<Nanos>, Option<f64>) {
+        let (mut peak, mut last_over) = (None, None);
+        let mut t = from + step;
+        while t <= until {
+            if let Some(p) = self.p95_at(t) {
+                peak = peak.max(Some(p));
+                if p > threshold {
+                    last_over = Some(t);
+                }
             }
             t += step;
         }
-        match last_over {
+        let back = match last_over {
             None => Some(0.0),
-            Some(t) if t + step > self.traffic_end => None,
-            Some(t) => Some((t + step - self.last_burst_end) as f64 / 1e9),
-        }
+            Some(t) if t + step > until => None,
+            Some(t) => Some((t + step - from) as f64 / 1e9),
+        };
+        (peak, back)
     }
 }
 

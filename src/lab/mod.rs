@@ -362,7 +362,7 @@ fn open_backend(plan: &LabPlan, real: Option<&RealContext>) -> Result<Box<dyn Ba
     Ok(match (&plan.backend, real) {
         (_, None) => Box::new(InProcess::Virtual),
         (QueueBackend::InProcess, Some(r)) => Box::new(InProcess::real(plan.timer, r.margin())?),
-        (QueueBackend::Server(server), Some(_)) => server.open(plan.scenario.workers)?,
+        (QueueBackend::Server(server), Some(_)) => server.open(&plan.scenario)?,
     })
 }
 

@@ -15,6 +15,8 @@
 //! is their maximum. Together they send 40 a second; a window holds about
 //! `WINDOW_JOBS` of them (a quarter second at least, a second at most).
 
+use super::delivery::{FLOOR_NS, Rolling};
+use crate::engine::load::secs_to_ns as secs;
 use crate::engine::{JobRecord, NEVER, Nanos};
 use crate::results::FaultRecovery;
 use crate::scenario::{Population, Scenario};
@@ -23,8 +25,6 @@ use crate::scenario::{Population, Scenario};
 const WINDOW_JOBS: f64 = 20.0;
 const MIN_WINDOW_NS: Nanos = 250_000_000;
 const MAX_WINDOW_NS: Nanos = 1_000_000_000;
-/// Below this, a p95 wait counts as recovered whatever it was before.
-const FLOOR_NS: Nanos = 1_000_000;
 
 /// Each fault of the scenario, in time order: the neighbours' waits across
 /// it. Empty without faults or neighbours.
@@ -63,64 +63,26 @@ pub fn across_faults(
                 .find(|&t| t > at)
                 .unwrap_or(end)
                 .min(end);
-            rolling.across(f.kind.name(), f.at_s, at, until)
+            across(&rolling, f.kind.name(), f.at_s, at, until)
         })
         .collect()
 }
 
-fn secs(s: f64) -> Nanos {
-    (s * 1e9).round() as Nanos
-}
-
-/// (instant the wait ended, wait) of the neighbours' jobs in that order,
-/// and the window a p95 is taken over.
-struct Rolling<'a> {
-    waits: &'a [(Nanos, Nanos)],
-    window: Nanos,
-}
-
-impl Rolling<'_> {
-    /// The p95 of the waits that ended in the window that ends at `t`.
-    fn p95_at(&self, t: Nanos) -> Option<Nanos> {
-        let lo = self
-            .waits
-            .partition_point(|&(at, _)| at < t.saturating_sub(self.window));
-        let hi = self.waits.partition_point(|&(at, _)| at < t);
-        (hi > lo)
-            .then(|| super::delivery::p95(self.waits[lo..hi].iter().map(|&(_, w)| w).collect()))
-    }
-
-    /// A fault at `at` with the next one (or the traffic's end) at
-    /// `until`: the p95 before, its peak after, and when it was back.
-    fn across(&self, kind: &str, at_s: f64, at: Nanos, until: Nanos) -> FaultRecovery {
-        let step = (self.window / 10).max(1);
-        let before = self.p95_at(at);
-        let threshold = before.map(|b| (2 * b).max(FLOOR_NS));
-        let (mut peak, mut last_over) = (None, None);
-        let mut t = at + step;
-        while t <= until {
-            if let Some(p) = self.p95_at(t) {
-                peak = peak.max(Some(p));
-                if threshold.is_some_and(|th| p > th) {
-                    last_over = Some(t);
-                }
-            }
-            t += step;
-        }
-        let ms = |ns: Nanos| ns as f64 / 1e6;
-        FaultRecovery {
-            kind: kind.to_string(),
-            at_s,
-            window_ms: ms(self.window),
-            before_ms: before.map(ms),
-            peak_ms: peak.map(ms),
-            recovered_s: match (before, last_over) {
-                (None, _) => None,
-                (Some(_), None) => Some(0.0),
-                (Some(_), Some(t)) if t + step > until => None,
-                (Some(_), Some(t)) => Some((t + step - at) as f64 / 1e9),
-            },
-        }
+/// Fault `kind` at `at` (`at_s`), the next one (or the traffic's end) at
+/// `until`: the p95 before, its peak after, and when it was back.
+fn across(r: &Rolling, kind: &str, at_s: f64, at: Nanos, until: Nanos) -> FaultRecovery {
+    let before = r.p95_at(at);
+    let threshold = before.map_or(Nanos::MAX, |b| (2 * b).max(FLOOR_NS));
+    let (peak, back) = r.back_within(at, until, (r.window / 10).max(1), threshold);
+    let ms = |ns: Nanos| ns as f64 / 1e6;
+    FaultRecovery {
+        kind: kind.to_string(),
+        at_s,
+        window_ms: ms(r.window),
+        before_ms: before.map(ms),
+        peak_ms: peak.map(ms),
+        // Nothing before it: nothing to be back to.
+        recovered_s: back.filter(|_| before.is_some()),
     }
 }
 
@@ -145,7 +107,7 @@ mod tests {
             waits: &waits,
             window: 250 * MS,
         };
-        let f = r.across("kill_worker", 1.0, 1000 * MS, 3000 * MS);
+        let f = across(&r, "kill_worker", 1.0, 1000 * MS, 3000 * MS);
         assert_eq!((f.before_ms, f.peak_ms), (Some(1.0), Some(300.0)));
         // Steps of 25 ms: the last window holding a slow job ends at
         // 1.325 s (from 1.075 s); the next, at 1.35 s, is clean: back
@@ -153,18 +115,16 @@ mod tests {
         assert_eq!(f.recovered_s, Some(0.35));
         // Still over when the next fault strikes: not recovered.
         assert_eq!(
-            r.across("kill_worker", 1.0, 1000 * MS, 1200 * MS)
-                .recovered_s,
+            across(&r, "kill_worker", 1.0, 1000 * MS, 1200 * MS).recovered_s,
             None
         );
         // Never over: back at once.
         assert_eq!(
-            r.across("drop_connections", 2.0, 2000 * MS, 3000 * MS)
-                .recovered_s,
+            across(&r, "drop_connections", 2.0, 2000 * MS, 3000 * MS).recovered_s,
             Some(0.0)
         );
         // No wait ended before it: nothing to be back to.
-        let none = r.across("restart_server", 9.0, 9000 * MS, 9500 * MS);
+        let none = across(&r, "restart_server", 9.0, 9000 * MS, 9500 * MS);
         assert_eq!(
             (none.before_ms, none.peak_ms, none.recovered_s),
             (None, None, None)

@@ -257,15 +257,14 @@ pub fn recovery_note(results: &LabResults) -> String {
     let window = results
         .strategies
         .iter()
-        .filter_map(|s| s.median.fault_figures()?.recovery.first())
-        .map(|f| f.window_ms)
-        .next()
-        .unwrap_or(0.0);
+        .find_map(|s| s.median.fault_figures()?.recovery.first())
+        .map_or(0.0, |f| f.window_ms);
     format!(
-        "the neighbours' rolling p95 wait (every non-bursting tenant together; a wait counts when \
-         it ends, at the job's start; windows of {} ms): in the window just before the fault → its highest until the next \
-         fault (none: no neighbour's job started); back: when it was within twice its value before (at least 1 ms) and stayed \
-         there until the next fault or the traffic's end; not back: it was not",
+        "the neighbours' rolling p95 wait (every non-bursting tenant together; a wait counts \
+         when it ends, at the job's start; windows of {} ms): in the window just before the \
+         fault → its highest until the next fault (none: no neighbour's job started); back: \
+         when it was within twice its value before (at least 1 ms) and stayed there until the \
+         next fault or the traffic's end; not back: it was not",
         sig3(window)
     )
 }

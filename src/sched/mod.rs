@@ -140,7 +140,7 @@ impl KeyTurns {
 
     /// `job` back among its key's jobs by its number (`put_back`), its
     /// key first of the tenant's turns if it had no work.
-    fn push_front(&mut self, tenant: TenantId, job: JobId) {
+    fn hand_back(&mut self, tenant: TenantId, job: JobId) {
         let key = self.key_of[job as usize] as usize;
         if self.queues[key].is_empty() {
             self.turns[tenant as usize].push_front(key as u32);
@@ -326,7 +326,7 @@ impl Tenants {
         let old = self.front(tenant);
         match &mut self.keys {
             None => put_back(&mut self.tenants[tenant as usize].queue, job),
-            Some(k) => k.push_front(tenant, job),
+            Some(k) => k.hand_back(tenant, job),
         }
         self.queued += 1;
         let t = &mut self.tenants[tenant as usize];

@@ -410,7 +410,6 @@ fn server_plan(server: ServerKind, target: Target, processes: Option<u32>) -> Se
         worker_exe: Some(PathBuf::from(NOISYLAB)),
         fsync: true,
         persist: false,
-        slowed: Vec::new(),
     }
 }
 
@@ -495,7 +494,7 @@ fn a_lab_on_redis_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
     let _turn = one_at_a_time();
     let Some(_gate) = server() else { return };
     drop(_gate); // only the check; the backend starts its own
-    let mut backend = redis_backend::start(&redis_plan(Target::Own, Some(2)), 4).unwrap();
+    let mut backend = redis_backend::start(&redis_plan(Target::Own, Some(2)), 4, &[]).unwrap();
     lab_loses_nothing(&mut backend, true);
     let pid = backend.wire.own_server_pid().unwrap();
     drop(backend);
@@ -721,7 +720,7 @@ fn a_prefix_in_use_and_a_server_that_dies_mid_run_fail_loudly() {
     // backend; the workers and the lab stop.
     let s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
     let plan = redis_plan(Target::Url(server.url.clone()), Some(2));
-    let mut backend = redis_backend::start(&plan, s.workers).unwrap();
+    let mut backend = redis_backend::start(&plan, s.workers, &[]).unwrap();
     let killer = {
         let pid = server.pid();
         std::thread::spawn(move || {
@@ -818,7 +817,7 @@ fn a_worker_process_that_exits_is_named_and_the_run_stops() {
     let Some(server) = server() else { return };
     let s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
     let plan = redis_plan(Target::Url(server.url.clone()), Some(2));
-    let mut backend = redis_backend::start(&plan, s.workers).unwrap();
+    let mut backend = redis_backend::start(&plan, s.workers, &[]).unwrap();
     let workers = processes_with(&format!("worker\0--backend\0{}", server.url));
     assert_eq!(workers.len(), 2, "two worker processes: {workers:?}");
     // SAFETY: a signal to a worker process this test's backend started.

@@ -31,9 +31,9 @@ pub type PgBackend = Coordinator<PgWire>;
 
 /// Start (or reach) the server, make the lab's schema, start the worker
 /// processes for a pool of `workers`, and wait until they have joined.
-pub fn start(plan: &ServerPlan, workers: u32) -> Result<PgBackend> {
+pub fn start(plan: &ServerPlan, workers: u32, slowed: &[u32]) -> Result<PgBackend> {
     let wire = PgWire::open(&plan.target, plan.fsync)?;
-    Coordinator::start(wire, workers, plan)
+    Coordinator::start(wire, workers, plan, slowed)
 }
 
 /// The schema of lab `id`.
@@ -339,7 +339,7 @@ impl Wire for PgWire {
             calls: now.calls + c.calls,
             ms: now.ms + c.ms,
             lsn: now.lsn,
-            cpu_s: now.cpu_s.zip(c.cpu_s.or(Some(0.0))).map(|(a, b)| a + b),
+            cpu_s: now.cpu_s.map(|a| a + c.cpu_s.unwrap_or(0.0)),
         })
     }
 

@@ -12,14 +12,12 @@
 //! to nobody (its lease runs out and it goes back to its queue); a finish
 //! repeated after it went through is known by its lease.
 
-use std::time::{Duration, Instant};
-
 use anyhow::{Result, anyhow, bail};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, Statement};
 
 use super::{connect, one_line, schema_of};
-use crate::backend::worker::{Job, Taker, serve_threads};
+use crate::backend::worker::{Backoff, Job, Taker, serve_threads};
 
 /// A run starts (the coordinator set it up).
 pub const RUN: &str = "run";
@@ -48,9 +46,6 @@ struct PgTaker {
     /// it (its next take is a woken one).
     rejoined: Option<bool>,
 }
-
-/// How long a worker tries to connect again after the server dropped it.
-const RECONNECT_FOR: Duration = Duration::from_secs(10);
 
 /// Whether `e` is the server dropping the connection (or not taking one
 /// yet), not an error of the call.
@@ -123,42 +118,37 @@ impl PgTaker {
         Ok(woken)
     }
 
-    /// A new connection, with backoff (1 ms, doubling to 128 ms, for
-    /// [`RECONNECT_FOR`]): whether a wake had been sent to this worker.
+    /// A new connection, on a [`Backoff`]: whether a wake had been sent
+    /// to this worker.
     fn reconnect_soon(&mut self) -> Result<bool> {
-        let until = Instant::now() + RECONNECT_FOR;
-        let mut pause = Duration::from_millis(1);
+        let mut backoff = Backoff::start();
         loop {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(128));
+            backoff.sleep();
             match self.reconnect() {
                 Ok(woken) => return Ok(woken),
-                Err(e) if Instant::now() > until => return Err(e),
+                Err(e) if backoff.over() => return Err(e),
                 Err(_) => {}
             }
         }
     }
 
-    /// `call`, and again on a new connection while the server drops it
-    /// (backoff from 1 ms, doubling to 128 ms, for [`RECONNECT_FOR`]);
-    /// `on_new` is told whether a wake was sent meanwhile.
+    /// `call`, and again on a new connection while the server drops it (on
+    /// a [`Backoff`]); `on_new` is told whether a wake was sent meanwhile.
     fn call<T>(
         &mut self,
         mut call: impl FnMut(&mut PgTaker) -> Result<T, postgres::Error>,
         mut on_new: impl FnMut(&mut PgTaker, bool),
     ) -> Result<T> {
-        let until = Instant::now() + RECONNECT_FOR;
-        let mut pause = Duration::from_millis(1);
+        let mut backoff = Backoff::start();
         loop {
             let err = match call(self) {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            if !dropped(&err) || Instant::now() > until {
+            if !dropped(&err) || backoff.over() {
                 return Err(db(err));
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(128));
+            backoff.sleep();
             if let Ok(woken) = self.reconnect() {
                 on_new(self, woken);
             }

@@ -30,9 +30,9 @@ pub type RedisBackend = Coordinator<RedisWire>;
 
 /// Start (or reach) the server, load the functions, start the worker
 /// processes for a pool of `workers`, and wait until they have joined.
-pub fn start(plan: &ServerPlan, workers: u32) -> Result<RedisBackend> {
+pub fn start(plan: &ServerPlan, workers: u32, slowed: &[u32]) -> Result<RedisBackend> {
     let wire = RedisWire::open(&plan.target, plan.persist)?;
-    Coordinator::start(wire, workers, plan)
+    Coordinator::start(wire, workers, plan, slowed)
 }
 
 /// One lab's connection to its Redis server (and the server, if the lab

@@ -222,7 +222,7 @@ end
 
 -- `job` back among the tenant's waiting jobs by its number (with keys,
 -- among its key's, and its key first of the turns if it had no work).
-local function push_front(P, c, t, job)
+local function hand_back(P, c, t, job)
   if not c.keys then
     put_back(P .. 'q:' .. t, job)
     return
@@ -420,15 +420,15 @@ local function refund(P, t, job)
 end
 
 -- A running job of tenant t whose lease ran out goes back to its tenant's
--- queue by its number (push_front), and its cap slot is freed: fifo serves it by its own
--- (oldest) arrival, fair in its tenant's turn (a tenant with nothing else
+-- queue by its number (hand_back), and its cap slot is freed: fifo serves it
+-- by its own (oldest) arrival, fair in its tenant's turn (a tenant with nothing else
 -- waiting joins the fresh tenants, served first), vtc refunds its charge
 -- and does not lift the counter (the tenant is chosen again at the counter
 -- it was chosen at).
 local function requeue(P, c, t, job)
   local w = waiting(P, c, t) -- before
   if c.queue == 'vtc' then refund(P, t, job) end
-  push_front(P, c, t, job)
+  hand_back(P, c, t, job)
   redis.call('INCR', P .. 'queued')
   if c.queue == 'vtc' and w == 0 then
     -- back with work, unlifted: chosen again first, at the counter it had

@@ -11,12 +11,12 @@
 //! queue); a finish repeated after it went through is known by its lease
 //! (see `noisylab.lua`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use redis::{Client, Connection, cmd};
 
-use crate::backend::worker::{Job, Taker, serve_threads};
+use crate::backend::worker::{Backoff, Job, Taker, serve_threads};
 
 /// The token that ends a run for one worker, on the run's `wake` list.
 pub const STOP: &str = "stop";
@@ -30,9 +30,6 @@ pub fn serve(url: &str, lab: &str, threads: u32) -> Result<()> {
     let lab = lab.to_string();
     serve_threads(threads, move || RedisTaker::join(&client, &lab))
 }
-
-/// How long a worker tries to connect again after the server dropped it.
-const RECONNECT_FOR: Duration = Duration::from_secs(10);
 
 struct RedisTaker {
     client: Client,
@@ -57,14 +54,12 @@ impl RedisTaker {
     }
 
     /// `call` on the connection, and again on a new one while the server
-    /// drops it (backoff from 1 ms, doubling to 128 ms, for
-    /// [`RECONNECT_FOR`]).
+    /// drops it (on a [`Backoff`]).
     fn call<T>(
         &mut self,
         mut call: impl FnMut(&mut Connection, &str) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        let until = Instant::now() + RECONNECT_FOR;
-        let mut pause = Duration::from_millis(1);
+        let mut backoff = Backoff::start();
         loop {
             let err = match call(&mut self.con, &self.p) {
                 Ok(v) => return Ok(v),
@@ -74,11 +69,10 @@ impl RedisTaker {
             let dropped = err.is_unrecoverable_error()
                 || err.is_io_error()
                 || matches!(err.retry_method(), redis::RetryMethod::WaitAndRetry);
-            if !dropped || Instant::now() > until {
+            if !dropped || backoff.over() {
                 return Err(err.into());
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(128));
+            backoff.sleep();
             if let Ok(con) = connect(&self.client, &self.lab) {
                 self.con = con;
             }

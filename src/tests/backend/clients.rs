@@ -140,7 +140,8 @@ fn retrying_clients_on_redis_send_every_attempt_once_and_keep_every_cap() {
     let smoke = std::fs::read_to_string("lab/smoke.toml").unwrap();
     let text = smoke[..smoke.find("[[strategy]]").unwrap()].to_string() + CLIENTS;
     let s = Scenario::parse(Path::new("clients.toml"), &text).unwrap();
-    let mut backend = redis_backend::start(&redis_plan(Target::Own, Some(2)), s.workers).unwrap();
+    let mut backend =
+        redis_backend::start(&redis_plan(Target::Own, Some(2)), s.workers, &[]).unwrap();
     let mut counted = Vec::new();
     for def in &s.strategy {
         // Every attempt sent and ended once, numbered 1, 2, … per job; the

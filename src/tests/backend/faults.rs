@@ -152,7 +152,7 @@ pub(super) fn smoke_lab_holds(
         + "\n[[strategy]]\nname = \"vtc, cap 2\"\nqueue = \"vtc\"\ncap = 2\n"
         + faults;
     let s = Scenario::parse(Path::new("faults.toml"), &text).unwrap();
-    let mut backend = plan.open(s.workers).unwrap();
+    let mut backend = plan.open(&s).unwrap();
     let mut out = Vec::new();
     for def in &s.strategy {
         let (record, tally) = checked_run(backend.as_mut(), &s, def);
@@ -278,10 +278,7 @@ fn a_slow_link_holds_its_process_s_jobs_longer_and_loses_nothing() {
 pub(super) fn slow_link_loses_nothing(plan: ServerPlan) {
     let runs = smoke_lab_holds(
         "\n[[fault]]\nat_s = 0.1\nkind = \"slow_link\"\nduration_s = 0.3\ndelay_ms = 25\ntarget = 2\n",
-        ServerPlan {
-            slowed: vec![1],
-            ..plan
-        },
+        plan,
     );
     for (name, f, held) in runs {
         assert_eq!(f.injected, 1, "{name}: {f:?}");

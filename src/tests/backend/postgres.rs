@@ -215,7 +215,7 @@ fn a_lab_on_postgres_loses_nothing_and_keeps_every_cap_by_the_servers_clock() {
     let Some(gate) = cluster() else { return };
     drop(gate); // only the check; the backend makes its own
     let plan = server_plan(ServerKind::Postgres, Target::Own, Some(2));
-    let mut backend = pg::start(&plan, 4).unwrap();
+    let mut backend = pg::start(&plan, 4, &[]).unwrap();
     lab_loses_nothing(&mut backend, false);
     let pid = backend.wire.own_server_pid().unwrap();
     drop(backend);
@@ -294,7 +294,7 @@ fn faults_on_postgres_end_in_one_line() {
         Target::Url(cluster.url.clone()),
         Some(2),
     );
-    let mut backend: PgBackend = pg::start(&plan, s.workers).unwrap();
+    let mut backend: PgBackend = pg::start(&plan, s.workers, &[]).unwrap();
     let killer = {
         let pid = cluster.pid();
         std::thread::spawn(move || {
