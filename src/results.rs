@@ -124,6 +124,11 @@ pub struct FaultFigures {
     pub ran_twice: u64,
     /// Finishes refused because their lease had run out.
     pub late_finishes_refused: u64,
+    /// Leases the workers renewed (a job held longer than half its lease
+    /// renews it every third of the lease): the server's count, or the
+    /// model's.
+    #[serde(default)]
+    pub renewals: u64,
     /// Workers' connections the server dropped (they connected again).
     #[serde(default)]
     pub dropped_connections: u64,

@@ -180,6 +180,8 @@ pub trait Wire {
     fn figures(&mut self) -> Result<Vec<String>>;
     /// Every stamp of the run.
     fn stamps(&mut self) -> Result<Vec<Stamp>>;
+    /// Leases the workers renewed this run, by the server's count.
+    fn renewals(&mut self) -> Result<u64>;
     /// No more jobs for anyone; running ones finish.
     fn halt(&mut self) -> Result<()>;
     /// Whether takes hold leases (a job whose lease runs out goes back to
@@ -507,6 +509,7 @@ impl<W: Wire> Coordinator<W> {
             ran_twice,
         } = records(attempts, index, &stamps, t0_us).map_err(failed)?;
         leases.injected = faults.injected;
+        leases.renewals = self.wire.renewals().map_err(failed)?;
         leases.dropped_connections = faults.dropped;
         leases.restart_ms = self.restart_max.as_secs_f64() * 1e3;
         let queue = QueueFigures {

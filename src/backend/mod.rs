@@ -99,6 +99,10 @@ pub struct ServerPlan {
     /// Redis of the lab's own: an append-only file, to be restarted from
     /// (a scenario with a `restart_server` fault).
     pub persist: bool,
+    /// PostgreSQL: the job table unlogged, so that a crash of the server
+    /// empties it. No command line sets it: tests use it to break the
+    /// promise a restart is checked against.
+    pub unlogged: bool,
 }
 
 impl ServerPlan {
@@ -300,6 +304,7 @@ fn simulated_faults(
         redelivered: tally.redelivered.len() as u64,
         ran_twice: ran_twice.len() as u64,
         late_finishes_refused: tally.refused.len() as u64,
+        renewals: tally.renewed,
         dropped_connections: tally.dropped,
         lost: 0,
         restart_ms: tally.restart_ns as f64 / 1e6,

@@ -319,6 +319,7 @@ fn parse_backend(text: &str) -> Result<QueueBackend, String> {
         worker_exe: None,
         fsync: true,
         persist: false,
+        unlogged: false,
     }))
 }
 

@@ -93,6 +93,10 @@ pub struct FaultTally {
     pub redelivered: Vec<JobId>,
     /// Jobs whose finish was refused, once for each refusal.
     pub refused: Vec<JobId>,
+    /// Leases renewed, as the workers renew them ([`renewals`]): a hold's
+    /// full count when it reports in time, those made before its lease
+    /// was lost otherwise.
+    pub renewed: u64,
 }
 
 /// A timed action on the pool or the server.
@@ -320,6 +324,9 @@ impl Faults {
             .expect("a completion's worker holds its job");
         worker.reported = Some(held.report);
         self.idle.push_back(w);
+        if !held.lost {
+            self.tally.renewed += renewals(held.hold, self.lease);
+        }
         if held.lost {
             self.tally.refused.push(held.id);
             Report::Refused
@@ -394,6 +401,7 @@ impl Faults {
                     if let Some(h) = worker.held.take() {
                         running.retain(|Reverse((_, _, x))| *x != w);
                         if !h.lost {
+                            self.tally.renewed += self.renewed_by(&h, now);
                             let at = self.server_at(self.lease_end(&h, now));
                             self.expiries.push(Reverse((at, h.id, h.ticket)));
                         }
@@ -527,27 +535,27 @@ impl Faults {
         let end = self.lease_end(&h, now);
         if !h.lost && end <= contact {
             h.lost = true;
+            self.tally.renewed += self.renewed_by(&h, end);
             let at = self.server_at(end);
             self.expiries.push(Reverse((at, h.id, h.ticket)));
         }
         self.workers[w as usize].held = Some(h);
     }
 
-    /// Renewals of a hold: at every third of the lease from its start,
-    /// while more than half of the lease is left of the hold; how many.
+    /// Renewals of a hold ([`renewals`]).
     fn renewals(&self, h: &Held) -> Nanos {
-        let half = self.lease / 2;
-        match h.hold.checked_sub(half) {
-            Some(left) if left > 0 => (left - 1) / (self.lease / 3) + 1,
-            _ => 0,
-        }
+        renewals(h.hold, self.lease)
+    }
+
+    /// The renewals of `h` made by `now` (at most its count).
+    fn renewed_by(&self, h: &Held, now: Nanos) -> u64 {
+        (now.saturating_sub(h.started) / (self.lease / 3)).min(self.renewals(h))
     }
 
     /// When the lease of `h` runs out, counting the renewals made by `now`.
     fn lease_end(&self, h: &Held, now: Nanos) -> Nanos {
         let step = self.lease / 3;
-        let done = (now.saturating_sub(h.started) / step).min(self.renewals(h));
-        h.started + done * step + self.lease
+        h.started + self.renewed_by(h, now) * step + self.lease
     }
 
     /// The next renewal after `now`, if the hold has one left.
@@ -555,6 +563,18 @@ impl Faults {
         let step = self.lease / 3;
         let k = now.saturating_sub(h.started) / step + 1;
         (k <= self.renewals(h)).then(|| h.started + k * step)
+    }
+}
+
+/// Renewals of a job held `hold` under a lease of `lease`: one at every
+/// third of the lease from its start, while more than half of the lease
+/// is left of the hold, as the worker processes' loop renews
+/// (`backend::worker`, tested against this).
+pub fn renewals(hold: Nanos, lease: Nanos) -> Nanos {
+    let half = lease / 2;
+    match hold.checked_sub(half) {
+        Some(left) if left > 0 => (left - 1) / (lease / 3) + 1,
+        _ => 0,
     }
 }
 

@@ -513,6 +513,7 @@ fn combine_faults(runs: &[&Figures], pick: Pick) -> Option<FaultFigures> {
         redelivered: count(&|x| x.redelivered),
         ran_twice: count(&|x| x.ran_twice),
         late_finishes_refused: count(&|x| x.late_finishes_refused),
+        renewals: count(&|x| x.renewals),
         dropped_connections: count(&|x| x.dropped_connections),
         lost: count(&|x| x.lost),
         restart_ms: f(&|x| x.restart_ms),

@@ -410,6 +410,7 @@ fn server_plan(server: ServerKind, target: Target, processes: Option<u32>) -> Se
         worker_exe: Some(PathBuf::from(NOISYLAB)),
         fsync: true,
         persist: false,
+        unlogged: false,
     }
 }
 

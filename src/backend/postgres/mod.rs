@@ -32,7 +32,7 @@ pub type PgBackend = Coordinator<PgWire>;
 /// Start (or reach) the server, make the lab's schema, start the worker
 /// processes for a pool of `workers`, and wait until they have joined.
 pub fn start(plan: &ServerPlan, workers: u32, slowed: &[u32]) -> Result<PgBackend> {
-    let wire = PgWire::open(&plan.target, plan.fsync)?;
+    let wire = PgWire::open(&plan.target, plan.fsync, plan.unlogged)?;
     Coordinator::start(wire, workers, plan, slowed)
 }
 
@@ -119,6 +119,8 @@ pub struct PgWire {
     /// The run ended while the server restarted (its word to the
     /// coordinator was lost with the connection).
     ended: bool,
+    /// The job table is unlogged: a crash empties it.
+    unlogged: bool,
 }
 
 /// Counters read before a run.
@@ -131,7 +133,7 @@ pub struct PgMark {
 }
 
 impl PgWire {
-    fn open(target: &Target, fsync: bool) -> Result<PgWire> {
+    fn open(target: &Target, fsync: bool, unlogged: bool) -> Result<PgWire> {
         let server = match target {
             Target::Own => Some(OwnedCluster::start(fsync)?),
             Target::Url(_) => None,
@@ -159,6 +161,11 @@ impl PgWire {
         let id = lab_id();
         let schema = schema_of(&id);
         make_schema(&mut client, &schema)?;
+        if unlogged {
+            client
+                .batch_execute("ALTER TABLE job SET UNLOGGED")
+                .map_err(db)?;
+        }
         let channel = format!("{schema}_");
         client
             .batch_execute(&format!("LISTEN \"{channel}end\""))
@@ -176,6 +183,7 @@ impl PgWire {
             in_run: false,
             carried: PgMark::default(),
             ended: false,
+            unlogged,
         })
     }
 
@@ -480,6 +488,11 @@ impl Wire for PgWire {
         Ok(out)
     }
 
+    fn renewals(&mut self) -> Result<u64> {
+        let n: i64 = self.one("SELECT coalesce(sum(renewed), 0)::bigint FROM job")?;
+        Ok(n as u64)
+    }
+
     fn halt(&mut self) -> Result<()> {
         self.client
             .execute("SELECT noisylab_halt()", &[])
@@ -523,22 +536,30 @@ impl Wire for PgWire {
     }
 
     fn enqueued(&mut self) -> Result<u64> {
-        // A row for each submit the server accepted this run.
-        let n: i64 = self.one("SELECT count(*) FROM job")?;
+        let n: i64 = self.one("SELECT noisylab_accepted()")?;
         Ok(n as u64)
     }
 
     fn durability(&self) -> Option<String> {
         self.server.as_ref().map(|s| {
             format!(
-                "write-ahead log, fsync {}",
+                "write-ahead log{}, fsync {}",
+                if self.unlogged {
+                    " (the job table unlogged)"
+                } else {
+                    ""
+                },
                 if s.fsync() { "on" } else { "off" }
             )
         })
     }
 
     fn promise(&self) -> &'static str {
-        server::PROMISE
+        if self.unlogged {
+            server::NO_PROMISE
+        } else {
+            server::PROMISE
+        }
     }
 
     fn reap(&mut self) -> Result<()> {

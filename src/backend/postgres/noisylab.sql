@@ -114,12 +114,14 @@ CREATE TABLE job (
   started  bigint,
   finished bigint,
   woke     boolean NOT NULL DEFAULT false,
-  -- With leases: the running job's lease (its number, its end), and how
-  -- often a lease of it ran out and a finish was refused.
+  -- With leases: the running job's lease (its number, its end), how
+  -- often a lease of it ran out and a finish was refused, and how often
+  -- its holders renewed a lease of it.
   lid      bigint,
   until    bigint,
   redelivered int NOT NULL DEFAULT 0,
-  late     int NOT NULL DEFAULT 0
+  late     int NOT NULL DEFAULT 0,
+  renewed  int NOT NULL DEFAULT 0
 ) WITH (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0.05);
 -- fifo's take, the post's default: the oldest queued job.
 --   Limit -> LockRows -> Index Scan using job_queued on job
@@ -591,8 +593,11 @@ BEGIN
 END $$;
 
 -- finish(me, job, tenant, lease): the job is done; the same worker's next
--- job. With leases, a finish whose lease ran out is refused (job.late),
--- one that went through already (sent again) is ignored.
+-- job. With leases, a finish that reaches the server at or after its
+-- lease's instant is refused (job.late), whether or not a call reaped the
+-- lease before it (the reap runs first; the rule of the Redis functions
+-- and of the model); one that went through already (sent again) is
+-- ignored.
 CREATE FUNCTION noisylab_finish(me int, p_job bigint, p_t int, p_lease bigint,
                                 OUT job bigint, OUT tenant int, OUT lease bigint)
 LANGUAGE plpgsql AS $$
@@ -636,7 +641,8 @@ DECLARE
   stamp bigint := nl_now();
 BEGIN
   PERFORM nl_reap(c, stamp);
-  UPDATE job j SET until = stamp + c.lease WHERE j.id = p_job AND j.state = 'r' AND j.lid = p_lease;
+  UPDATE job j SET until = stamp + c.lease, renewed = renewed + 1
+    WHERE j.id = p_job AND j.state = 'r' AND j.lid = p_lease;
   RETURN FOUND;
 END $$;
 
@@ -661,6 +667,12 @@ BEGIN
   UPDATE cfg SET expect = n;
   IF c.done >= n THEN PERFORM pg_notify(c.channel || 'end', ''); END IF;
 END $$;
+
+-- accepted(): the submits this run accepted, by the job table's rows (a
+-- refused submit's row, state x, is not one): what a restart is checked
+-- against.
+CREATE FUNCTION noisylab_accepted() RETURNS bigint
+LANGUAGE sql AS $$ SELECT count(*) FROM job WHERE state <> 'x' $$;
 
 -- halt(): the run is over early (Ctrl-C, a failure): workers get no more
 -- jobs, only their current one finishes.

@@ -29,6 +29,10 @@ pub const PROMISE: &str = "PostgreSQL writes each commit to its write-ahead log 
      replies (synchronous_commit on), so a crash of the server loses no job it acknowledged \
      (fsync off risks that only on a crash of the machine)";
 
+/// What it promises for an unlogged job table.
+pub const NO_PROMISE: &str = "PostgreSQL empties an unlogged table after a crash of the \
+     server, so a restart loses every job in it";
+
 /// A running cluster that this process made and started.
 #[derive(Debug)]
 pub struct OwnedCluster {

@@ -319,6 +319,13 @@ impl Wire for RedisWire {
         log.iter().map(|line| stamp(line)).collect()
     }
 
+    fn renewals(&mut self) -> Result<u64> {
+        let n: Option<u64> = cmd("GET")
+            .arg(format!("{}renewed", self.p))
+            .query(&mut self.con)?;
+        Ok(n.unwrap_or(0))
+    }
+
     fn halt(&mut self) -> Result<()> {
         self.fcall("noisylab_halt", &[]).map(drop)
     }
@@ -392,7 +399,10 @@ impl Wire for RedisWire {
     }
 
     fn promise(&self) -> &'static str {
-        server::PROMISE
+        match &self.server {
+            Some(s) if !s.persists() => server::NO_PROMISE,
+            _ => server::PROMISE,
+        }
     }
 
     fn reap(&mut self) -> Result<()> {

@@ -33,8 +33,10 @@
 -- (noisylab_reap does only that, for a queue whose
 -- workers are all gone): a worker that died or stopped loses its job, its
 -- cap slot is freed, and the job starts again in its tenant's turn. A
--- finish is fenced: one whose lease ran out is refused (logged "x") and
--- the job counts only when its new holder finishes it.
+-- finish is fenced: one that reaches the server at or after its lease's
+-- instant is refused (logged "x"), reaped before it or not, and the job
+-- counts only when its new holder finishes it (the rule of the SQL
+-- functions and of the model, src/engine/faults.rs).
 --
 -- Keys. Every key of one queue sits under a prefix P (ARGV[1], for example
 -- "noisylab:7f3a:0:"), so many queues share a server; tenants and jobs are
@@ -80,6 +82,7 @@
 --                        on the server's clock), for every job running
 --   P.."lid"      string the last lease number given
 --   P.."fin"      set    the leases whose finish went through
+--   P.."renewed"  string renewals that went through
 --   P.."wait"     hash   with watch: job -> 1 while it waits for its first
 --                        start, "c" once its client left and cancelled it
 --   P.."log"      list   "e|s|f|r|l|x|a job sec usec [woke]": enqueued,
@@ -598,14 +601,17 @@ local function take_job(_, args)
 end
 
 -- finish(P, job, tenant, lease): the job is done; the same worker's next
--- job. With leases, a finish whose lease ran out (the job went back to its
--- queue) is refused and logged "x": the job's new holder finishes it. A
--- finish sent again after its reply was lost (the connection dropped) is
--- known by its lease, in P.."fin", and only hands out a job.
+-- job. With leases, a finish at or after its lease's instant (by the
+-- server's clock) is refused and logged "x", whether or not a call reaped
+-- the lease before it: the reap below runs first and hands the job back,
+-- and the job's next holder finishes it. A finish sent again after its
+-- reply was lost (the connection dropped) is known by its lease, in
+-- P.."fin", and only hands out a job.
 local function finish(_, args)
   local P, job, t = args[1], tonumber(args[2]), args[3]
   local c = cfg(P)
   local stamp, now = clock()
+  reap(P, c, stamp, now)
   local held, mark = true, 'f'
   if c.lease then
     held = redis.call('ZREM', P .. 'lease', leased(job, t, args[4])) == 1
@@ -617,7 +623,6 @@ local function finish(_, args)
       mark = 'x'
     end
   end
-  reap(P, c, stamp, now)
   if held then
     finished(P, c, t)
     if c.queue == 'vtc' then redis.call('HDEL', P .. 'cost', job) end
@@ -639,8 +644,10 @@ local function renew(_, args)
   if not c.lease then return 1 end
   local stamp, now = clock()
   reap(P, c, stamp, now)
-  return redis.call('ZADD', P .. 'lease', 'XX', 'CH', usec(now + c.lease),
+  local held = redis.call('ZADD', P .. 'lease', 'XX', 'CH', usec(now + c.lease),
     leased(args[2], args[3], args[4]))
+  if held == 1 then redis.call('INCR', P .. 'renewed') end
+  return held
 end
 
 -- abandon(P, job, cancel): the job's client stopped waiting. 1 if the job

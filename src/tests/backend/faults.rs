@@ -131,6 +131,46 @@ fn a_lease_that_runs_out_hands_the_job_back_and_fences_the_late_finish() {
     }
 }
 
+#[test]
+fn a_finish_after_its_lease_s_instant_is_refused_with_no_call_between() {
+    let _turn = one_at_a_time();
+    let Some(server) = server() else { return };
+    let mut con = functions(&server.url);
+    for queue in ["fifo", "fair", "vtc"] {
+        let p = format!("fence:{queue}:");
+        // One job of tenant 1, a cap of 1, a lease of 30 ms.
+        let _: i64 = fcall(&mut con, "noisylab_setup", &[&p, queue, "1", "-1", "-1"]);
+        let _: i64 = fcall(&mut con, "noisylab_set", &[&p, "lease", "30000"]);
+        let _: (i64, i64) = fcall(&mut con, "noisylab_submit", &[&p, "0", "1", "1"]);
+        let _: i64 = fcall(&mut con, "noisylab_expect", &[&p, "1"]);
+        let first: String = fcall(&mut con, "noisylab_take", &[&p, "0"]);
+        // Quiet past the lease's instant: no call reaps it. Then the
+        // holder's finish: refused, the job back in its queue and handed
+        // out again (here to the same worker, the only one asking), under
+        // a new lease.
+        std::thread::sleep(Duration::from_millis(80));
+        let old_lease = first.rsplit(' ').next().unwrap().to_string();
+        let again: String = fcall(&mut con, "noisylab_finish", &[&p, "0", "1", &old_lease]);
+        let new_lease = again.rsplit(' ').next().unwrap().to_string();
+        assert!(
+            again.starts_with("0 1 ") && new_lease != old_lease,
+            "{queue}: {again}"
+        );
+        let none: Option<String> = fcall(&mut con, "noisylab_finish", &[&p, "0", "1", &new_lease]);
+        assert_eq!(none, None, "{queue}");
+        assert_eq!(
+            log(&mut con, &p),
+            ["e 0", "s 0", "l 0", "x 0", "s 0", "f 0"],
+            "{queue}: the late finish refused and logged, the job run again"
+        );
+        let done: i64 = redis::cmd("GET")
+            .arg(format!("{p}done"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(done, 1, "{queue}: only the new holder's finish counts");
+    }
+}
+
 /// The smoke lab (4 workers in 2 processes, 20 ms jobs: a 60 ms lease)
 /// with a capped vtc too and `faults` (TOML) added, on the server `plan`
 /// names: every strategy's run loses nothing and keeps every cap by the
@@ -324,5 +364,97 @@ pub(super) fn restarts_lose_nothing(plan: ServerPlan) {
             f.late_finishes_refused == 0 || f.ran_twice >= 1,
             "{name}: {f:?}"
         );
+    }
+}
+
+#[test]
+fn a_server_that_loses_jobs_across_its_restart_fails_the_run_naming_its_promise() {
+    let _turn = one_at_a_time();
+    let Some(_gate) = server() else { return };
+    drop(_gate); // only the check; the backend starts its own
+    // Without an append-only file the server comes back empty.
+    restart_that_loses_fails_the_run(
+        redis_plan(Target::Own, Some(2)),
+        "redis-server",
+        noisylab::backend::redis::server::NO_PROMISE,
+    );
+}
+
+/// The smoke lab's first strategy on the server `plan` starts, restarted
+/// at 0.15 s (the burst of 40 queued): the server keeps none of the jobs
+/// it had accepted, and the run fails in one line that counts them and
+/// names `promise`; no server process (`comm`) of the lab's is left.
+pub(super) fn restart_that_loses_fails_the_run(plan: ServerPlan, comm: &str, promise: &str) {
+    let me = std::process::id();
+    let before = super::children_named(me, comm);
+    let text = std::fs::read_to_string("lab/smoke.toml").unwrap()
+        + "\n[[fault]]\nat_s = 0.15\nkind = \"restart_server\"\nduration_s = 0.05\n";
+    let s = Scenario::parse(Path::new("lose.toml"), &text).unwrap();
+    let mut backend = plan.open(&s).unwrap();
+    let err = super::failed_run(backend.as_mut(), &s);
+    drop(backend);
+    // "N of the N jobs the server had accepted were lost across its
+    // restart (promise)": every one, and at least the burst.
+    let words: Vec<&str> = err.split_whitespace().collect();
+    let at = words
+        .iter()
+        .position(|w| *w == "jobs")
+        .unwrap_or_else(|| panic!("{err}"));
+    let (lost, accepted): (u64, u64) = (
+        words[at - 4].parse().unwrap_or_else(|_| panic!("{err}")),
+        words[at - 1].parse().unwrap_or_else(|_| panic!("{err}")),
+    );
+    assert!(lost == accepted && accepted >= 40, "{err}");
+    assert!(
+        err.contains("were lost across its restart") && err.contains(promise),
+        "{err}"
+    );
+    let left: Vec<u32> = super::children_named(me, comm)
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert!(left.is_empty(), "{comm} left running: {left:?}");
+}
+
+#[test]
+fn jobs_several_leases_long_renew_them_and_run_once() {
+    let _turn = one_at_a_time();
+    let Some(_gate) = server() else { return };
+    drop(_gate);
+    long_jobs_renew_their_leases(redis_plan(Target::Own, Some(2)));
+}
+
+/// Jobs of 350 ms under a 150 ms lease, no fault, on the server `plan`
+/// names: every job starts once, none is handed back, no finish is
+/// refused, and the server counts the renewals the model's arithmetic
+/// gives (six a job: at 50, 100, …, 300 ms, while more than 75 ms is left;
+/// each instant 25 ms from a boundary of the count).
+pub(super) fn long_jobs_renew_their_leases(plan: ServerPlan) {
+    let text = "name = \"long\"\nruns = 1\nseed = 3\nworkers = 4\njob_ms = 350\n\
+                traffic_s = 0.5\nlease_s = 0.15\n\n[normal]\ntenants = 4\nrate_per_s = 3.0\n\n\
+                [[burst]]\ntenant = \"noisy\"\nat_s = 0.1\njobs = 6\n\n\
+                [[strategy]]\nname = \"fifo\"\nqueue = \"fifo\"\n\n\
+                [[strategy]]\nname = \"fair, cap 2\"\nqueue = \"fair\"\ncap = 2\n";
+    let s = Scenario::parse(Path::new("long.toml"), text).unwrap();
+    let mut backend = plan.open(&s).unwrap();
+    for def in &s.strategy {
+        let (record, tally) = checked_run(backend.as_mut(), &s, def);
+        assert_eq!(tally.rejected, 0, "{}", def.name);
+        let f = record.faults.expect("a lease on the server");
+        assert_eq!(f.lease_ms, 150.0);
+        let want: u64 = record
+            .jobs
+            .iter()
+            .map(|j| noisylab::engine::faults::renewals(j.duration, 150_000_000))
+            .sum();
+        assert_eq!(want, 6 * record.jobs.len() as u64, "{}", def.name);
+        assert!(record.jobs.len() >= 10, "{}", def.name);
+        assert_eq!(
+            (f.redelivered, f.late_finishes_refused, f.renewals),
+            (0, 0, want),
+            "{}: {f:?}",
+            def.name
+        );
+        assert!(record.redelivered.is_empty() && record.ran_twice.is_empty());
     }
 }

@@ -484,6 +484,91 @@ fn a_lease_that_runs_out_in_the_job_table_hands_the_job_back_and_fences_the_late
 }
 
 #[test]
+fn a_finish_after_its_lease_s_instant_is_refused_with_no_call_between_on_postgres() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    let mut c = schema(&cluster.url, "fence");
+    c.batch_execute("SELECT noisylab_ready(1)").unwrap();
+    let handed = |row: postgres::Row| -> Handed { (row.get(0), row.get(1), row.get(2)) };
+    for queue in ["fifo", "fair", "vtc"] {
+        // One job of tenant 1, a cap of 1, a lease of 30 ms.
+        let (weights, durations): (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+        c.execute(
+            "SELECT noisylab_setup($1, 1, -1, -1, 'fence_', $2, $3)",
+            &[&queue, &weights, &durations],
+        )
+        .unwrap();
+        c.batch_execute(
+            "SELECT noisylab_lease(30000); SELECT * FROM noisylab_submit(0, 1, 1); \
+             SELECT noisylab_expect(1)",
+        )
+        .unwrap();
+        let first = handed(
+            c.query_one(
+                "SELECT job, tenant, lease FROM noisylab_take(1, false)",
+                &[],
+            )
+            .unwrap(),
+        );
+        assert_eq!((first.0, first.1), (Some(0), Some(1)), "{queue}");
+        // Quiet past the lease's instant: no call reaps it. The holder's
+        // finish is refused, the job back in its queue and handed out again
+        // (to the same worker, the only one asking) under a new lease.
+        std::thread::sleep(std::time::Duration::from_millis(80));
+        let finish = |c: &mut postgres::Client, lease: Option<i64>| {
+            handed(
+                c.query_one(
+                    "SELECT job, tenant, lease FROM noisylab_finish(1, 0, 1, $1)",
+                    &[&lease],
+                )
+                .unwrap(),
+            )
+        };
+        let again = finish(&mut c, first.2);
+        assert_eq!((again.0, again.1), (Some(0), Some(1)), "{queue}");
+        assert_ne!(again.2, first.2, "{queue}: a new lease");
+        assert_eq!(finish(&mut c, again.2).0, None, "{queue}");
+        let r = c
+            .query_one(
+                "SELECT state::text, redelivered, late, (SELECT done FROM cfg) FROM job WHERE id = 0",
+                &[],
+            )
+            .unwrap();
+        let row: (String, i32, i32, i64) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        assert_eq!(
+            row,
+            ("f".to_string(), 1, 1, 1),
+            "{queue}: the late finish refused and counted, the job run again and done once"
+        );
+    }
+    // What a restart is checked against counts the submits accepted, not
+    // the refused ones' rows: a limit of 1 refuses two of three.
+    let (weights, durations): (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+    c.execute(
+        "SELECT noisylab_setup('fair', -1, 1, -1, 'fence_', $1, $2)",
+        &[&weights, &durations],
+    )
+    .unwrap();
+    let oks: Vec<bool> = (0..3i64)
+        .map(|j| {
+            c.query_one("SELECT ok FROM noisylab_submit($1, 1, 1)", &[&j])
+                .unwrap()
+                .get(0)
+        })
+        .collect();
+    assert_eq!(oks, [true, false, false]);
+    let counted =
+        |c: &mut postgres::Client, sql: &str| -> i64 { c.query_one(sql, &[]).unwrap().get(0) };
+    assert_eq!(
+        (
+            counted(&mut c, "SELECT count(*) FROM job"),
+            counted(&mut c, "SELECT noisylab_accepted()")
+        ),
+        (3, 1)
+    );
+}
+
+#[test]
 fn the_workers_connections_dropped_twice_lose_nothing_on_postgres() {
     let _turn = one_at_a_time();
     let Some(cluster) = cluster() else { return };
@@ -499,4 +584,32 @@ fn the_workers_connections_dropped_twice_lose_nothing_on_postgres() {
         ),
         false,
     );
+}
+
+#[test]
+fn a_server_that_loses_jobs_across_its_restart_fails_the_run_naming_its_promise_on_postgres() {
+    let _turn = one_at_a_time();
+    let Some(gate) = cluster() else { return };
+    drop(gate); // only the check; the lab starts its own, to restart it
+    // An unlogged job table: a crash of the server empties it.
+    super::faults::restart_that_loses_fails_the_run(
+        ServerPlan {
+            fsync: false,
+            unlogged: true,
+            ..server_plan(ServerKind::Postgres, Target::Own, Some(2))
+        },
+        "postgres",
+        pg_server::NO_PROMISE,
+    );
+}
+
+#[test]
+fn jobs_several_leases_long_renew_them_and_run_once_on_postgres() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    super::faults::long_jobs_renew_their_leases(server_plan(
+        ServerKind::Postgres,
+        Target::Url(cluster.url.clone()),
+        Some(2),
+    ));
 }
