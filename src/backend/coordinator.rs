@@ -818,6 +818,12 @@ pub struct Rebuilt {
 /// more than once (its lease ran out) keeps its last start, the one that
 /// finished it, and is no dispatch-floor sample. A job whose client stopped
 /// waiting is cancelled when it never started, wasted when it ran unread.
+///
+/// The server's promise is checked on the way: a job has at most one
+/// accepted finish, and starts again only after it was handed back (its
+/// lease ran out); a server that breaks either fails the run, naming the
+/// job. (PostgreSQL keeps a job's last start and its counts, which say no
+/// more than that; Redis logs every event in order.)
 pub fn records(
     mut jobs: Vec<JobRecord>,
     index: impl Fn(u32) -> Option<usize>,
@@ -830,6 +836,8 @@ pub fn records(
     let mut faults = FaultFigures::default();
     let mut redelivered = Vec::new();
     let mut end: Nanos = 0;
+    // Each job's starts, hand-backs and accepted finishes so far.
+    let mut seen = vec![(0u32, 0u32, 0u32); jobs.len()];
     for stamp in stamps {
         let (job, us) = stamp.job_us();
         let at: Nanos = us.saturating_sub(t0_us) * 1_000;
@@ -843,8 +851,21 @@ pub fn records(
                 j.enqueued = at;
                 found_idle[i] = woke;
             }
-            Stamp::Started { .. } => j.started = at,
+            Stamp::Started { .. } => {
+                seen[i].0 += 1;
+                if seen[i].0 > seen[i].1 + 1 {
+                    bail!(
+                        "the server started job {job} again while a worker held its lease \
+                         (a job starts again only after it is handed back)"
+                    );
+                }
+                j.started = at;
+            }
             Stamp::Finished { .. } => {
+                seen[i].2 += 1;
+                if seen[i].2 > 1 {
+                    bail!("the server accepted two finishes of job {job} (a job counts once)");
+                }
                 j.finished = at;
                 j.fate = if abandoned[i] {
                     Fate::Wasted
@@ -862,7 +883,10 @@ pub fn records(
                 j.enqueued = at;
                 j.fate = Fate::Refused(Refusal::Limit);
             }
-            Stamp::Redelivered { .. } => redelivered.push(i as u32),
+            Stamp::Redelivered { .. } => {
+                seen[i].1 += 1;
+                redelivered.push(i as u32);
+            }
             Stamp::LateFinish { .. } => {
                 faults.late_finishes_refused += 1;
                 refused_finish[i] = true;
@@ -894,4 +918,92 @@ pub fn records(
         redelivered,
         ran_twice,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two jobs of tenant 0 and the server's log of them (µs from 1,000).
+    fn rebuilt(log: &[(char, u32, u64)]) -> Result<Rebuilt> {
+        let jobs = vec![JobRecord::planned(0, 0, 1_000_000); 2];
+        let stamps: Vec<Stamp> = log
+            .iter()
+            .map(|&(kind, job, us)| {
+                let us = 1_000 + us;
+                match kind {
+                    'e' => Stamp::Enqueued {
+                        job,
+                        us,
+                        woke: false,
+                    },
+                    's' => Stamp::Started { job, us },
+                    'f' => Stamp::Finished { job, us },
+                    'l' => Stamp::Redelivered { job, us },
+                    'x' => Stamp::LateFinish { job, us },
+                    other => panic!("no stamp {other}"),
+                }
+            })
+            .collect();
+        records(jobs, |j| Some(j as usize), &stamps, 1_000)
+    }
+
+    #[test]
+    fn a_job_handed_back_and_run_again_counts_once_with_its_refused_finish() {
+        let r = rebuilt(&[
+            ('e', 0, 0),
+            ('e', 1, 0),
+            ('s', 0, 10),
+            ('l', 0, 400),
+            ('s', 0, 400),
+            ('x', 0, 1_010),
+            ('s', 1, 1_010),
+            ('f', 0, 1_400),
+            ('f', 1, 2_010),
+        ])
+        .unwrap();
+        assert_eq!(r.redelivered, [0]);
+        assert_eq!(r.ran_twice, [0]);
+        assert_eq!(
+            (r.faults.redelivered, r.faults.late_finishes_refused),
+            (1, 1)
+        );
+        // The last start, the one its finish belongs to.
+        assert_eq!(
+            (r.jobs[0].started, r.jobs[0].finished),
+            (400_000, 1_400_000)
+        );
+        assert_eq!(r.end, 2_010_000);
+    }
+
+    #[test]
+    fn a_second_accepted_finish_or_a_start_without_a_hand_back_fails_the_run() {
+        let twice = rebuilt(&[
+            ('e', 0, 0),
+            ('e', 1, 0),
+            ('s', 0, 10),
+            ('s', 1, 10),
+            ('f', 0, 1_010),
+            ('f', 1, 1_010),
+            ('f', 0, 1_020),
+        ]);
+        assert_eq!(
+            twice.err().map(|e| e.to_string()).as_deref(),
+            Some("the server accepted two finishes of job 0 (a job counts once)")
+        );
+        let again = rebuilt(&[
+            ('e', 0, 0),
+            ('e', 1, 0),
+            ('s', 0, 10),
+            ('s', 0, 20),
+            ('s', 1, 20),
+            ('f', 0, 1_020),
+            ('f', 1, 1_020),
+        ]);
+        assert!(
+            again
+                .err()
+                .is_some_and(|e| e.to_string().starts_with("the server started job 0 again")),
+        );
+    }
 }

@@ -173,14 +173,34 @@ fn hold_of(durations: &[u64], id: u32) -> Result<u64> {
 /// Hold `job` until `until`; with a lease shorter than twice the hold,
 /// renew it every third of the lease on the way.
 fn hold_until(w: &mut impl Taker, job: Job, until: Instant, lease: Option<Duration>) -> Result<()> {
+    hold_on(
+        until,
+        lease,
+        Instant::now,
+        |at| sleep_until_blocking(at, HOLD_MARGIN),
+        || w.renew(job).map(drop),
+    )
+}
+
+/// The hold's loop on a clock (`now`, `sleep_until`): while more than half
+/// of the lease is left of the hold, wait a third of it and `renew`; then
+/// wait out the hold. The model counts the same renewals
+/// ([`crate::engine::faults::renewals`]; the tests hold the two together).
+fn hold_on(
+    until: Instant,
+    lease: Option<Duration>,
+    now: impl Fn() -> Instant,
+    mut sleep_until: impl FnMut(Instant),
+    mut renew: impl FnMut() -> Result<()>,
+) -> Result<()> {
     if let Some(lease) = lease {
         let every = lease / 3;
-        while until.saturating_duration_since(Instant::now()) > lease / 2 {
-            sleep_until_blocking(Instant::now() + every, HOLD_MARGIN);
-            w.renew(job)?;
+        while until.saturating_duration_since(now()) > lease / 2 {
+            sleep_until(now() + every);
+            renew()?;
         }
     }
-    sleep_until_blocking(until, HOLD_MARGIN);
+    sleep_until(until);
     Ok(())
 }
 
@@ -189,4 +209,67 @@ fn timed<T>(rtt: &mut Histogram<u64>, call: impl FnOnce() -> Result<T>) -> Resul
     let out = call()?;
     record(rtt, sent.elapsed().as_nanos() as u64);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::engine::faults::renewals;
+
+    /// The loop's renewals for a hold, on a clock that wakes exactly when
+    /// asked (and `late` after each renewal, as a round trip takes).
+    fn renewed(hold: u64, lease: u64, late: u64) -> u64 {
+        let origin = Instant::now();
+        let t = Cell::new(origin);
+        let n = Cell::new(0);
+        hold_on(
+            origin + Duration::from_nanos(hold),
+            Some(Duration::from_nanos(lease)),
+            || t.get(),
+            |at| t.set(at.max(t.get())),
+            || {
+                n.set(n.get() + 1);
+                t.set(t.get() + Duration::from_nanos(late));
+                Ok(())
+            },
+        )
+        .unwrap();
+        n.get()
+    }
+
+    #[test]
+    fn the_worker_renews_as_often_as_the_model_counts() {
+        const MS: u64 = 1_000_000;
+        for lease in [60 * MS, 150 * MS, 300 * MS, 100 * MS + 1] {
+            let (half, step) = (lease / 2, lease / 3);
+            // Every hold from none to seven leases, the boundaries of the
+            // count (half the lease plus k steps) and a nanosecond either
+            // side included.
+            let mut holds: Vec<u64> = (0..=70).map(|i| i * lease / 10).collect();
+            for k in 0..=20 {
+                let b = half + k * step;
+                holds.extend([b - 1, b, b + 1]);
+            }
+            for hold in holds {
+                assert_eq!(
+                    renewed(hold, lease, 0),
+                    renewals(hold, lease),
+                    "hold {hold} ns, lease {lease} ns"
+                );
+            }
+        }
+        // Exact values: a 350 ms job under a 150 ms lease renews six
+        // times, a 75 ms one (half the lease) never, 75 ms + 1 ns once.
+        assert_eq!(renewals(350 * MS, 150 * MS), 6);
+        assert_eq!(renewals(75 * MS, 150 * MS), 0);
+        assert_eq!(renewals(75 * MS + 1, 150 * MS), 1);
+        // Round trips that delay each renewal push the later checks past
+        // a boundary the model's count sits on: 1 ms of delay a renewal
+        // loses the last one of a hold 1 ns past a boundary.
+        let edge = 75 * MS + 2 * 50 * MS + 1;
+        assert_eq!(renewals(edge, 150 * MS), 3);
+        assert_eq!(renewed(edge, 150 * MS, MS), 2);
+    }
 }

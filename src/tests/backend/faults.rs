@@ -203,14 +203,17 @@ pub(super) fn smoke_lab_holds(
             def.name
         );
         let f = record.faults.expect("a lease on the server");
+        // Three times the plan's p99 job of 20 ms.
         assert_eq!(f.lease_ms, 60.0);
-        assert_eq!(f.redelivered, record.redelivered.len() as u64);
-        // Each struck job counted once, in its class.
-        let sum = |get: fn(&noisylab::results::ClassFaults) -> u64| {
-            f.by_class.values().map(get).sum::<u64>()
-        };
-        assert_eq!(sum(|c| c.redelivered), f.redelivered, "{f:?}");
-        assert_eq!(sum(|c| c.ran_twice), f.ran_twice, "{f:?}");
+        // Every job run twice (a finish refused, then its end) was handed
+        // back first: the server's "lease ran out" beside its refusal.
+        for j in &record.ran_twice {
+            assert!(
+                record.redelivered.contains(j),
+                "{}: job {j} ran twice and was never handed back: {f:?}",
+                def.name
+            );
+        }
         // The neighbours' waits across each fault, in time order, from the
         // server's stamps (the lab adds them to the run's figures).
         let recovery = noisylab::lab::recovery::across_faults(&s, &s.population(), &record.jobs);
@@ -251,15 +254,11 @@ pub(super) fn kill_and_pause_lose_nothing(plan: ServerPlan) {
     );
     let mut ran_twice = 0;
     for (name, f) in runs {
-        assert_eq!(f.injected, 2, "{name}: {f:?}");
-        // The killed process held jobs in the burst: they came back.
+        // The killed process held jobs in the burst: they came back. (The
+        // exact counts are the model's, tested on the virtual clock in
+        // src/tests/faults.rs: with the smoke lab's 60 ms lease a loaded
+        // machine lets a lease run out on a worker no fault struck too.)
         assert!(f.redelivered >= 1, "{name}: {f:?}");
-        // Each job run twice had a finish refused. (Not one each: with the
-        // smoke lab's 60 ms lease, a loaded machine (a CI run; the job
-        // table's 2 ms calls) lets a lease run out on a worker no fault
-        // struck, and a job may be refused twice. The exact counts are the
-        // model's, tested on the virtual clock in src/tests/faults.rs.)
-        assert!(f.ran_twice <= f.late_finishes_refused, "{name}: {f:?}");
         ran_twice += f.ran_twice;
     }
     assert!(ran_twice >= 1, "a stopped worker's job ran twice");
@@ -284,9 +283,9 @@ pub(super) fn drops_lose_nothing(plan: ServerPlan, within_lease: bool) {
         plan,
     );
     for (name, f) in runs {
-        assert_eq!(f.injected, 2, "{name}: {f:?}");
-        // All 4 workers were connected at the first drop.
-        assert!(f.dropped_connections >= 4, "{name}: {f:?}");
+        // The server's own count of the connections it closed: the 4
+        // workers' at each drop.
+        assert_eq!(f.dropped_connections, 8, "{name}: {f:?}");
         if within_lease {
             // They were back within a lease: no finish came late.
             assert_eq!(
@@ -294,13 +293,11 @@ pub(super) fn drops_lose_nothing(plan: ServerPlan, within_lease: bool) {
                 (0, 0),
                 "{name}: {f:?}"
             );
-        } else {
-            // A late finish is refused, and its job ran twice at most once
-            // for each (the 60 ms lease is tight: on a loaded machine a
-            // worker no fault struck may lose one too, so no count of the
-            // drops' own bounds them).
-            assert!(f.ran_twice <= f.late_finishes_refused, "{name}: {f:?}");
         }
+        // Else a worker may lose the lease it held at a drop (the 60 ms
+        // lease is tight: on a loaded machine a worker no fault struck may
+        // lose one too, so no count of the drops' own bounds them); each
+        // job run twice was handed back first (smoke_lab_holds).
     }
 }
 
@@ -321,8 +318,6 @@ pub(super) fn slow_link_loses_nothing(plan: ServerPlan) {
         plan,
     );
     for (name, f, held) in runs {
-        assert_eq!(f.injected, 1, "{name}: {f:?}");
-        assert!(f.ran_twice <= f.late_finishes_refused, "{name}: {f:?}");
         // A 20 ms job taken over the slow link reached its worker 12.5 ms
         // after its start stamp, and its finish the server 12.5 ms after
         // its end: held at least 45 ms by the server's clock.
@@ -352,14 +347,12 @@ pub(super) fn restarts_lose_nothing(plan: ServerPlan) {
         plan,
     );
     for (name, f) in runs {
-        assert_eq!(f.injected, 2, "{name}: {f:?}");
-        // Every job the server had accepted was still there after each.
-        assert_eq!(f.lost, 0, "{name}: {f:?}");
+        // Every job the server had accepted was still there after each
+        // restart, else the run would have failed (as it does in
+        // restart_that_loses_fails_the_run); the restart took time.
         assert!(f.restart_ms > 0.0, "{name}: {f:?}");
-        // A finish past its lease is of a job another worker ran to its
-        // end; a slow restart (a loaded machine's fsync) can put one job
-        // past its lease twice, so two refused finishes for one job.
-        assert!(f.ran_twice <= f.late_finishes_refused, "{name}: {f:?}");
+        // A finish refused is of a job that another worker then ran to its
+        // end.
         assert!(
             f.late_finishes_refused == 0 || f.ran_twice >= 1,
             "{name}: {f:?}"
