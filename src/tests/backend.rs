@@ -493,7 +493,7 @@ fn check_stamps(s: &Scenario, strategy: &Def, jobs: &[JobRecord], redelivered: &
                 panic!("queue {t} over its cap of {cap} at {at} ns, without lending")
             };
             assert!(
-                busy + reserve as i32 + 1 <= s.workers as i32,
+                busy + (reserve as i32) < s.workers as i32,
                 "{}: queue {t} lent a worker at {at} ns with {busy} of {} busy (reserve {reserve})",
                 strategy.name,
                 s.workers
