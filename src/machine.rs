@@ -118,7 +118,8 @@ pub struct CpuSample {
     busy_ticks: Option<u64>,
     steal_ticks: Option<u64>,
     total_ticks: Option<u64>,
-    /// This process's CPU time (user + system), in seconds.
+    /// The lab's CPU time (user + system), in seconds: this process's, and
+    /// that of every process it started, living or ended.
     own_cpu_s: f64,
     involuntary_switches: u64,
     wall: std::time::Instant,
@@ -131,7 +132,9 @@ pub struct Causes {
     /// Share of all CPUs' time the hypervisor gave to other guests (Linux).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steal_pct: Option<f64>,
-    /// Share of all CPUs' time that other processes kept busy (Linux).
+    /// Share of all CPUs' time that other processes kept busy (Linux): not
+    /// this one nor those it started (a lab's queue server and worker
+    /// processes are the lab).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub others_cpu_pct: Option<f64>,
     /// Times the kernel took the CPU from this process, per second of lab.
@@ -155,6 +158,7 @@ impl CpuSample {
             _ => (None, None, None),
         };
         let (own_cpu_s, involuntary_switches) = own_usage();
+        let own_cpu_s = own_cpu_s + descendants_cpu_s(std::process::id(), false).unwrap_or(0.0);
         CpuSample {
             busy_ticks: busy,
             steal_ticks: steal,
@@ -189,25 +193,78 @@ impl CpuSample {
     }
 }
 
-/// This process's CPU time in seconds and its involuntary context switches.
+/// The CPU time in seconds of this process and of its children that have
+/// ended (and theirs, where they waited for them), and this process's
+/// involuntary context switches.
 fn own_usage() -> (f64, u64) {
     #[cfg(unix)]
     {
-        // SAFETY: getrusage fills the struct we hand it and nothing else.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-            return (0.0, 0);
-        }
+        let usage = |who| {
+            // SAFETY: getrusage fills the struct we hand it and nothing else.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            (unsafe { libc::getrusage(who, &mut usage) } == 0).then_some(usage)
+        };
         let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        (
-            secs(usage.ru_utime) + secs(usage.ru_stime),
-            usage.ru_nivcsw.max(0) as u64,
-        )
+        let cpu = |u: &libc::rusage| secs(u.ru_utime) + secs(u.ru_stime);
+        let Some(me) = usage(libc::RUSAGE_SELF) else {
+            return (0.0, 0);
+        };
+        let ended = usage(libc::RUSAGE_CHILDREN).map_or(0.0, |u| cpu(&u));
+        (cpu(&me) + ended, me.ru_nivcsw.max(0) as u64)
     }
     #[cfg(not(unix))]
     {
         (0.0, 0)
     }
+}
+
+/// CPU seconds of the living processes descended from `root` (with
+/// `with_root`, of `root` too), each with its own children that have ended
+/// (Linux's /proc: utime, stime, cutime, cstime; `None` elsewhere or where
+/// `root` is gone).
+pub fn descendants_cpu_s(root: u32, with_root: bool) -> Option<f64> {
+    // pid -> (parent, ticks).
+    let mut procs = std::collections::HashMap::<u32, (u32, u64)>::new();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(fields) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| stat_fields(&stat))
+        {
+            procs.insert(pid, fields);
+        }
+    }
+    let mut total = if with_root { procs.get(&root)?.1 } else { 0 };
+    let mut children = std::collections::HashMap::<u32, Vec<u32>>::new();
+    for (&pid, &(parent, _)) in &procs {
+        children.entry(parent).or_default().push(pid);
+    }
+    let mut todo = vec![root];
+    while let Some(p) = todo.pop() {
+        for &c in children.get(&p).into_iter().flatten() {
+            total += procs[&c].1;
+            todo.push(c);
+        }
+    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(total as f64 / hz)
+}
+
+/// A `/proc/<pid>/stat` line's parent and its CPU ticks (utime, stime,
+/// cutime, cstime: fields 4 and 14 to 17).
+fn stat_fields(stat: &str) -> Option<(u32, u64)> {
+    // Fields after the command's closing parenthesis, from field 3.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |k: usize| f.get(k - 3)?.parse::<u64>().ok();
+    let ticks = [14, 15, 16, 17]
+        .iter()
+        .map(|&k| field(k))
+        .sum::<Option<u64>>()?;
+    Some((u32::try_from(field(4)?).ok()?, ticks))
 }
 
 /// What the kernel says of one thread at an instant: the counters a late
@@ -360,5 +417,45 @@ fn thread_involuntary_switches() -> u64 {
     #[cfg(not(target_os = "linux"))]
     {
         0
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// A shell loop that keeps one CPU busy for 0.4 s.
+    const BURN: &str = "timeout 0.4 sh -c 'while :; do :; done'";
+
+    #[test]
+    fn processes_the_lab_started_are_the_lab_and_the_rest_are_others() {
+        let start = CpuSample::now();
+        // One burner this process starts and waits for (as a lab's server
+        // or worker process), one it hands to init at once (its shell
+        // exits, leaving it running: another process on the machine).
+        let mut mine = Command::new("sh").args(["-c", BURN]).spawn().unwrap();
+        let mut gone = Command::new("sh")
+            .args(["-c", &format!("{BURN} > /dev/null 2>&1 &")])
+            .spawn()
+            .unwrap();
+        gone.wait().unwrap();
+        // The adopted one is no descendant of this process: not counted.
+        let while_running = descendants_cpu_s(std::process::id(), false);
+        mine.wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let causes = CpuSample::causes_since(&start);
+        let others = causes.others_cpu_pct.expect("Linux's /proc/stat");
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        // Each burner is 0.4 s of one core over about 0.55 s of wall on
+        // `cores` cores: about 73 % of one core's time, divided by the
+        // cores. Only the adopted one is another's; counting the child too
+        // would double it.
+        let one = 0.4 / 0.55 * 100.0 / cores;
+        assert!(
+            others > one * 0.5 && others < one * 1.5,
+            "others {others:.1} %, one burner {one:.1} % ({cores} cores)"
+        );
+        assert!(while_running.is_some());
     }
 }

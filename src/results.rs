@@ -100,6 +100,11 @@ pub struct QueueFigures {
     /// Write-ahead log bytes per job planned (PostgreSQL).
     #[serde(default)]
     pub wal_bytes_per_job: Option<f64>,
+    /// The CPU time of the worker processes the lab started, during the
+    /// run, seconds (`None`: none started, or not Linux; a process killed
+    /// during the run leaves its time out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers_cpu_s: Option<f64>,
     /// What faults did, in files from before [`Figures::faults`] (later
     /// files keep them there).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -367,6 +367,29 @@ impl<W: Wire> Coordinator<W> {
         Ok(())
     }
 
+    /// Each worker process's CPU seconds so far, by pid (with the threads
+    /// and processes it started).
+    fn workers_cpu(&self) -> Vec<(u32, f64)> {
+        self.children
+            .iter()
+            .filter_map(|c| Some((c.id(), crate::machine::descendants_cpu_s(c.id(), true)?)))
+            .collect()
+    }
+
+    /// The worker processes' CPU seconds since `before` (a replacement
+    /// counted from its start; `None` with no process to read).
+    fn workers_cpu_since(&self, before: &[(u32, f64)]) -> Option<f64> {
+        let now = self.workers_cpu();
+        (!now.is_empty()).then(|| {
+            now.iter()
+                .map(|(pid, s)| {
+                    let was = before.iter().find(|(p, _)| p == pid).map_or(0.0, |b| b.1);
+                    (s - was).max(0.0)
+                })
+                .sum()
+        })
+    }
+
     /// Worker process `k` (from 0), or why a fault cannot name it.
     fn child(&mut self, k: u32) -> Result<&mut Child> {
         let started = self.children.len();
@@ -485,6 +508,7 @@ impl<W: Wire> Coordinator<W> {
         self.wire.setup(run, &setup).map_err(failed)?;
         self.start_run().map_err(failed)?;
         let before = self.wire.mark().map_err(failed)?;
+        let workers_before = self.workers_cpu();
         let t0_us = self.wire.now_us().map_err(failed)?;
         let origin = Instant::now();
         let mut faults = Injector::new(&input.scenario.fault, origin);
@@ -494,6 +518,7 @@ impl<W: Wire> Coordinator<W> {
         self.wait_end(&input, self.accepted, lease, &mut faults, stop)?;
         self.undo_faults(&mut faults).map_err(failed)?;
         let cost = self.wire.cost_since(before).map_err(failed)?;
+        let workers_cpu_s = self.workers_cpu_since(&workers_before);
         let (take_rtt, hold_late) = self.end_workers().map_err(failed)?;
         let stamps = self.wire.stamps().map_err(failed)?;
         let n = input.plan.len() as f64;
@@ -518,6 +543,7 @@ impl<W: Wire> Coordinator<W> {
             submit_rtt_us: percentiles(&submitted.rtt, 1e3),
             server_us_per_call: cost.us_per_call,
             server_cpu_s: cost.cpu_s,
+            workers_cpu_s,
             calls_per_job: cost.calls as f64 / n,
             bytes_per_job: cost.bytes.map(|b| b as f64 / n),
             wal_bytes_per_job: cost.wal_bytes.map(|b| b as f64 / n),
@@ -795,6 +821,60 @@ pub fn lease_ns(input: &RunInput<'_>) -> Nanos {
     }
 }
 
+/// The jobs that ran to their end after a finish of theirs was refused:
+/// their work was done twice. Fails if a job has no end in the stamps.
+fn ran_twice(jobs: &[JobRecord], refused_finish: &[bool]) -> Result<Vec<u32>> {
+    if let Some(j) = jobs
+        .iter()
+        .find(|j| j.fate == Fate::Pending || j.enqueued == NEVER)
+    {
+        bail!("job {} has no end in the server's stamps: {j:?}", j.origin);
+    }
+    Ok((0..jobs.len())
+        .filter(|&i| refused_finish[i] && matches!(jobs[i].fate, Fate::Ran | Fate::Wasted))
+        .map(|i| i as u32)
+        .collect())
+}
+
+/// The server's promise, checked stamp by stamp: a job starts again only
+/// after it was handed back, and is finished once.
+struct Promise {
+    /// Each job's starts, hand-backs and accepted finishes so far.
+    seen: Vec<(u32, u32, u32)>,
+}
+
+impl Promise {
+    fn new(jobs: usize) -> Promise {
+        Promise {
+            seen: vec![(0, 0, 0); jobs],
+        }
+    }
+
+    fn started(&mut self, i: usize, job: u32) -> Result<()> {
+        let s = &mut self.seen[i];
+        s.0 += 1;
+        if s.0 > s.1 + 1 {
+            bail!(
+                "the server started job {job} again while a worker held its lease \
+                 (a job starts again only after it is handed back)"
+            );
+        }
+        Ok(())
+    }
+
+    fn handed_back(&mut self, i: usize) {
+        self.seen[i].1 += 1;
+    }
+
+    fn finished(&mut self, i: usize, job: u32) -> Result<()> {
+        self.seen[i].2 += 1;
+        if self.seen[i].2 > 1 {
+            bail!("the server accepted two finishes of job {job} (a job counts once)");
+        }
+        Ok(())
+    }
+}
+
 /// A run rebuilt from the server's stamps.
 pub struct Rebuilt {
     pub jobs: Vec<JobRecord>,
@@ -836,8 +916,7 @@ pub fn records(
     let mut faults = FaultFigures::default();
     let mut redelivered = Vec::new();
     let mut end: Nanos = 0;
-    // Each job's starts, hand-backs and accepted finishes so far.
-    let mut seen = vec![(0u32, 0u32, 0u32); jobs.len()];
+    let mut promise = Promise::new(jobs.len());
     for stamp in stamps {
         let (job, us) = stamp.job_us();
         let at: Nanos = us.saturating_sub(t0_us) * 1_000;
@@ -852,20 +931,11 @@ pub fn records(
                 found_idle[i] = woke;
             }
             Stamp::Started { .. } => {
-                seen[i].0 += 1;
-                if seen[i].0 > seen[i].1 + 1 {
-                    bail!(
-                        "the server started job {job} again while a worker held its lease \
-                         (a job starts again only after it is handed back)"
-                    );
-                }
+                promise.started(i, job)?;
                 j.started = at;
             }
             Stamp::Finished { .. } => {
-                seen[i].2 += 1;
-                if seen[i].2 > 1 {
-                    bail!("the server accepted two finishes of job {job} (a job counts once)");
-                }
+                promise.finished(i, job)?;
                 j.finished = at;
                 j.fate = if abandoned[i] {
                     Fate::Wasted
@@ -884,7 +954,7 @@ pub fn records(
                 j.fate = Fate::Refused(Refusal::Limit);
             }
             Stamp::Redelivered { .. } => {
-                seen[i].1 += 1;
+                promise.handed_back(i);
                 redelivered.push(i as u32);
             }
             Stamp::LateFinish { .. } => {
@@ -899,17 +969,8 @@ pub fn records(
         found_idle[job as usize] = false;
     }
     faults.redelivered = redelivered.len() as u64;
-    let ran_twice: Vec<u32> = (0..jobs.len())
-        .filter(|&i| refused_finish[i] && matches!(jobs[i].fate, Fate::Ran | Fate::Wasted))
-        .map(|i| i as u32)
-        .collect();
+    let ran_twice = ran_twice(&jobs, &refused_finish)?;
     faults.ran_twice = ran_twice.len() as u64;
-    if let Some(j) = jobs
-        .iter()
-        .find(|j| j.fate == Fate::Pending || j.enqueued == NEVER)
-    {
-        bail!("job {} has no end in the server's stamps: {j:?}", j.origin);
-    }
     Ok(Rebuilt {
         jobs,
         found_idle,

@@ -492,6 +492,7 @@ fn combine_queue(runs: &[&Figures], pick: Pick) -> Option<QueueFigures> {
         submit_rtt_us: pick_percentiles(qs.iter().map(|q| &q.submit_rtt_us), pick),
         server_us_per_call: opt(&|q| q.server_us_per_call),
         server_cpu_s: opt(&|q| q.server_cpu_s),
+        workers_cpu_s: opt(&|q| q.workers_cpu_s),
         calls_per_job: f(&|q| q.calls_per_job),
         bytes_per_job: opt(&|q| q.bytes_per_job),
         wal_bytes_per_job: opt(&|q| q.wal_bytes_per_job),

@@ -126,6 +126,7 @@ pub fn queue_table(results: &LabResults, style: TableStyle) -> Option<Table> {
         "Submit round trip p50",
         "Server time a call",
         "Server CPU",
+        "Workers' CPU",
         "Calls a job",
         "Bytes a job",
         "WAL a job",
@@ -141,6 +142,8 @@ pub fn queue_table(results: &LabResults, style: TableStyle) -> Option<Table> {
             us(q.submit_rtt_us.p50),
             q.server_us_per_call.map_or_else(|| "n/a".to_string(), us),
             q.server_cpu_s
+                .map_or_else(|| "n/a".to_string(), |s| format!("{} s", sig3(s))),
+            q.workers_cpu_s
                 .map_or_else(|| "n/a".to_string(), |s| format!("{} s", sig3(s))),
             sig3(q.calls_per_job),
             q.bytes_per_job.map_or_else(|| "n/a".to_string(), sig3),

@@ -267,30 +267,5 @@ impl Drop for OwnedCluster {
 /// backends now, and those that have exited (Linux's /proc; `None`
 /// elsewhere).
 pub fn cpu_s(postmaster: u32) -> Option<f64> {
-    let ticks = |stat: &str, fields: &[usize]| -> Option<u64> {
-        // Fields after the command's closing parenthesis, from field 3.
-        let rest = stat.rsplit_once(')')?.1;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        fields
-            .iter()
-            .map(|&k| f.get(k - 3)?.parse::<u64>().ok())
-            .sum()
-    };
-    let own = std::fs::read_to_string(format!("/proc/{postmaster}/stat")).ok()?;
-    // utime, stime, cutime, cstime.
-    let mut total = ticks(&own, &[14, 15, 16, 17])?;
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        if ticks(&stat, &[4]) == Some(u64::from(postmaster)) {
-            total += ticks(&stat, &[14, 15]).unwrap_or(0);
-        }
-    }
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Some(total as f64 / hz)
+    crate::machine::descendants_cpu_s(postmaster, true)
 }
