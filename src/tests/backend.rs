@@ -402,6 +402,240 @@ fn the_redis_functions_take_the_same_jobs_as_the_in_process_schedulers() {
     equivalence(256, &mut RedisFunctions(con, String::new()), true, true);
 }
 
+/// One step of the worker-path test: what a lab's submitter or one of its
+/// workers does next.
+#[derive(Debug, Clone)]
+enum Step {
+    /// The submitter sends a job of each of these tenants, in one round
+    /// trip (jobs due at one instant), before any worker takes.
+    Submit(Vec<u32>),
+    /// The busy worker at this index (modulo those busy) finishes its job
+    /// and takes the next in the same call.
+    Finish(usize),
+    /// The run is over early: no more jobs for anyone.
+    Halt,
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let step = prop_oneof![
+        5 => prop::collection::vec(0u32..5, 1..4).prop_map(Step::Submit),
+        4 => any::<usize>().prop_map(Step::Finish),
+        1 => Just(Step::Halt),
+    ];
+    // At most 117 jobs: the discipline draws 120 costs.
+    prop::collection::vec(step, 1..40)
+}
+
+/// What a worker of the test is doing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Doing {
+    /// Running this job of this tenant.
+    Busy(u32, u32),
+    /// Blocked, waiting for a wake token.
+    Blocked,
+    /// Woken by a token, its take not yet sent.
+    Woken,
+}
+
+/// `FCALL name 0 P args…` on the functions.
+fn fcall_p<T: redis::FromRedisValue>(
+    con: &mut redis::Connection,
+    name: &str,
+    p: &str,
+    args: &[String],
+) -> T {
+    let mut c = redis::cmd("FCALL");
+    c.arg(name).arg(0).arg(p);
+    for a in args {
+        c.arg(a);
+    }
+    c.query(con).unwrap()
+}
+
+/// A take's or a finish's reply, "job tenant lease", as (tenant, job).
+fn handed(reply: Option<String>) -> Option<(u32, u32)> {
+    let reply = reply?;
+    let mut w = reply.split(' ').map(|x| x.parse::<u32>().unwrap());
+    let (job, tenant) = (w.next()?, w.next()?);
+    Some((tenant, job))
+}
+
+/// The functions driven as a lab drives them: `workers` workers that take
+/// at the start, block on the wake list when idle, take when woken and
+/// finish-and-take; a submitter; a halt. Held to the in-process scheduler
+/// at every job handed out (lending asked with the idle workers the server
+/// counts, the asker among them), to the submit's refusals, and after each
+/// step, once every wake token is taken up, to the lab's counts: the
+/// server's idle count is the workers blocked, no token is left pending,
+/// and no worker stays blocked while the scheduler has a job to start.
+fn worker_path(con: &mut redis::Connection, case: u32, d: &Discipline, steps: &[Step]) {
+    let workers = 4usize;
+    let p = format!("wp:{case}:");
+    let strategy = strategy_of(d);
+    let mut reference = AnyScheduler::new(&strategy, d.weights.clone(), || d.costs.clone());
+    let opt = |v: Option<u32>| v.map_or("-1".to_string(), |v| v.to_string());
+    let mut setup = vec![
+        queue_name(d.queue).to_string(),
+        opt(d.cap),
+        opt(d.limit),
+        opt(d.reserve),
+    ];
+    for (t, w) in d.weights.iter().enumerate().filter(|(_, w)| **w != 1.0) {
+        setup.extend([t.to_string(), w.to_string()]);
+    }
+    let _: i64 = fcall_p(con, "noisylab_setup", &p, &setup);
+    let mut doing = vec![Doing::Blocked; workers];
+    let (mut next_job, mut halted, mut tokens) = (0u32, false, 0i64);
+    let blocked = |doing: &[Doing]| doing.iter().filter(|w| **w == Doing::Blocked).count() as u32;
+    // What the in-process scheduler hands a worker that asks while
+    // `others` workers are blocked.
+    let expect = |reference: &mut AnyScheduler, others: u32, halted: bool| {
+        if halted {
+            return None;
+        }
+        let lend = d.reserve.is_some_and(|r| others + 1 > r);
+        match reference.take() {
+            None if lend => reference.take_over_cap(),
+            n => n,
+        }
+    };
+    // Every worker takes at the run's start: all idle.
+    for w in 0..workers {
+        let got = handed(fcall_p(con, "noisylab_take", &p, &["0".into()]));
+        assert_eq!(got, None, "case {case}: worker {w} at the start");
+    }
+    for (k, step) in steps.iter().enumerate() {
+        let what = format!("case {case}, step {k} {step:?} of {steps:?} under {d:?}");
+        match *step {
+            Step::Submit(ref tenants) if !halted => {
+                for &t in tenants {
+                    let cost = d.costs[next_job as usize].to_string();
+                    let (ok, waiting): (i64, i64) = fcall_p(
+                        con,
+                        "noisylab_submit",
+                        &p,
+                        &[next_job.to_string(), t.to_string(), cost],
+                    );
+                    let want = reference.push(t, next_job).map_err(|r| r.waiting);
+                    let got = if ok == 1 { Ok(()) } else { Err(waiting as u32) };
+                    assert_eq!(got, want, "{what}");
+                    next_job += 1;
+                }
+            }
+            Step::Submit(_) => {}
+            Step::Finish(i) => {
+                // (Every token was taken up after the last step: no job
+                // is on its way to a woken worker.)
+                let busy: Vec<usize> = (0..workers)
+                    .filter(|&w| matches!(doing[w], Doing::Busy(..)))
+                    .collect();
+                if busy.is_empty() {
+                    continue;
+                }
+                let w = busy[i % busy.len()];
+                let Doing::Busy(job, t) = doing[w] else {
+                    unreachable!()
+                };
+                reference.finished(t);
+                let others = blocked(&doing);
+                let got = handed(fcall_p(
+                    con,
+                    "noisylab_finish",
+                    &p,
+                    &[job.to_string(), t.to_string(), "0".into()],
+                ));
+                assert_eq!(got, expect(&mut reference, others, halted), "{what}");
+                doing[w] = got.map_or(Doing::Blocked, |(t, j)| Doing::Busy(j, t));
+            }
+            Step::Halt => {
+                let _: i64 = fcall_p(con, "noisylab_halt", &p, &[]);
+                halted = true;
+            }
+        }
+        // Each new token wakes a blocked worker (the server took it off
+        // its idle count); each woken worker takes.
+        loop {
+            let listed: i64 = redis::cmd("LLEN")
+                .arg(format!("{p}wake"))
+                .query(con)
+                .unwrap();
+            for _ in tokens..listed {
+                let w = doing
+                    .iter()
+                    .position(|w| *w == Doing::Blocked)
+                    .expect("a token for a blocked worker");
+                doing[w] = Doing::Woken;
+            }
+            tokens = listed;
+            let Some(w) = doing.iter().position(|w| *w == Doing::Woken) else {
+                break;
+            };
+            let _: Option<i64> = redis::cmd("LPOP")
+                .arg(format!("{p}wake"))
+                .query(con)
+                .unwrap();
+            tokens -= 1;
+            let others = blocked(&doing);
+            doing[w] = Doing::Blocked; // counted idle again unless handed a job
+            let got = handed(fcall_p(con, "noisylab_take", &p, &["1".into()]));
+            assert_eq!(
+                got,
+                expect(&mut reference, others, halted),
+                "{what}: a woken worker's take"
+            );
+            // A token is sent for a job no other token covers: woken for
+            // nothing only once the run is halted.
+            assert!(
+                got.is_some() || halted,
+                "{what}: a worker woken for nothing"
+            );
+            if let Some((t, j)) = got {
+                doing[w] = Doing::Busy(j, t);
+            }
+        }
+        let count = |key: &str, con: &mut redis::Connection| -> i64 {
+            redis::cmd("GET")
+                .arg(format!("{p}{key}"))
+                .query::<Option<i64>>(con)
+                .unwrap()
+                .unwrap_or(0)
+        };
+        assert_eq!(
+            count("idle", con),
+            i64::from(blocked(&doing)),
+            "{what}: the server's idle count"
+        );
+        assert_eq!(count("pending", con), 0, "{what}: tokens left pending");
+        if blocked(&doing) > 0 {
+            assert_eq!(
+                expect(&mut reference, blocked(&doing) - 1, halted),
+                None,
+                "{what}: a job could start while a worker stays blocked"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_redis_functions_driven_as_workers_drive_them_hand_out_the_schedulers_jobs() {
+    let _turn = one_at_a_time();
+    let Some(server) = server() else { return };
+    let con = std::cell::RefCell::new(functions(&server.url));
+    let case = std::cell::Cell::new(0u32);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&(discipline(false), steps()), |(d, steps)| {
+            case.set(case.get() + 1);
+            worker_path(&mut con.borrow_mut(), case.get(), &d, &steps);
+            Ok(())
+        })
+        .unwrap();
+}
+
 fn server_plan(server: ServerKind, target: Target, processes: Option<u32>) -> ServerPlan {
     ServerPlan {
         server,
