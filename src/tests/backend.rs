@@ -426,15 +426,25 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(step, 1..40)
 }
 
-/// What a worker of the test is doing.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Doing {
-    /// Running this job of this tenant.
-    Busy(u32, u32),
-    /// Blocked, waiting for a wake token.
-    Blocked,
-    /// Woken by a token, its take not yet sent.
-    Woken,
+/// A server's functions as a lab's submitter and workers call them
+/// (workers numbered from 0; a job handed out is (tenant, job)).
+trait WorkerCalls {
+    /// A new queue of discipline `d` for case number `case`, `workers`
+    /// workers registered.
+    fn setup(&mut self, case: u32, d: &Discipline, workers: usize);
+    /// `Err(waiting)`: refused by the limit.
+    fn submit(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32>;
+    /// Worker `w` asks, at the run's start or (`woken`) after a wake.
+    fn take(&mut self, w: usize, woken: bool) -> Option<(u32, u32)>;
+    /// Worker `w` finishes `job` of `tenant` and takes its next.
+    fn finish(&mut self, w: usize, job: u32, tenant: u32) -> Option<(u32, u32)>;
+    fn halt(&mut self);
+    /// The workers woken since the last call, of those `blocked` (in the
+    /// order they blocked).
+    fn woken(&mut self, blocked: &[usize]) -> Vec<usize>;
+    /// The server's count of idle workers, and of wakes sent and not
+    /// taken up.
+    fn counts(&mut self) -> (i64, i64);
 }
 
 /// `FCALL name 0 P args…` on the functions.
@@ -460,40 +470,124 @@ fn handed(reply: Option<String>) -> Option<(u32, u32)> {
     Some((tenant, job))
 }
 
-/// The functions driven as a lab drives them: `workers` workers that take
-/// at the start, block on the wake list when idle, take when woken and
-/// finish-and-take; a submitter; a halt. Held to the in-process scheduler
-/// at every job handed out (lending asked with the idle workers the server
-/// counts, the asker among them), to the submit's refusals, and after each
-/// step, once every wake token is taken up, to the lab's counts: the
-/// server's idle count is the workers blocked, no token is left pending,
-/// and no worker stays blocked while the scheduler has a job to start.
-fn worker_path(con: &mut redis::Connection, case: u32, d: &Discipline, steps: &[Step]) {
+/// The Redis functions under prefix `.1`, with the wake tokens listed and
+/// not yet handed to a worker (`.2`): a token goes to the worker blocked
+/// longest, as the server serves blocked pops.
+struct RedisWorkers(redis::Connection, String, i64);
+
+impl WorkerCalls for RedisWorkers {
+    fn setup(&mut self, case: u32, d: &Discipline, _workers: usize) {
+        self.1 = format!("wp:{case}:");
+        self.2 = 0;
+        let opt = |v: Option<u32>| v.map_or("-1".to_string(), |v| v.to_string());
+        let mut setup = vec![
+            queue_name(d.queue).to_string(),
+            opt(d.cap),
+            opt(d.limit),
+            opt(d.reserve),
+        ];
+        for (t, w) in d.weights.iter().enumerate().filter(|(_, w)| **w != 1.0) {
+            setup.extend([t.to_string(), w.to_string()]);
+        }
+        let _: i64 = fcall_p(&mut self.0, "noisylab_setup", &self.1, &setup);
+    }
+
+    fn submit(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32> {
+        let args = [job.to_string(), tenant.to_string(), cost.to_string()];
+        let (ok, waiting): (i64, i64) = fcall_p(&mut self.0, "noisylab_submit", &self.1, &args);
+        if ok == 1 { Ok(()) } else { Err(waiting as u32) }
+    }
+
+    fn take(&mut self, _w: usize, woken: bool) -> Option<(u32, u32)> {
+        if woken {
+            // The worker's blocking pop returns the token.
+            let _: Option<i64> = redis::cmd("LPOP")
+                .arg(format!("{}wake", self.1))
+                .query(&mut self.0)
+                .unwrap();
+        }
+        let arg = if woken { "1" } else { "0" };
+        handed(fcall_p(
+            &mut self.0,
+            "noisylab_take",
+            &self.1,
+            &[arg.into()],
+        ))
+    }
+
+    fn finish(&mut self, _w: usize, job: u32, tenant: u32) -> Option<(u32, u32)> {
+        let args = [job.to_string(), tenant.to_string(), "0".into()];
+        handed(fcall_p(&mut self.0, "noisylab_finish", &self.1, &args))
+    }
+
+    fn halt(&mut self) {
+        let _: i64 = fcall_p(&mut self.0, "noisylab_halt", &self.1, &[]);
+    }
+
+    fn woken(&mut self, blocked: &[usize]) -> Vec<usize> {
+        let listed: i64 = redis::cmd("LLEN")
+            .arg(format!("{}wake", self.1))
+            .query(&mut self.0)
+            .unwrap();
+        let new = (listed - self.2).max(0) as usize;
+        self.2 = listed;
+        assert!(
+            new <= blocked.len(),
+            "{new} tokens for {} blocked",
+            blocked.len()
+        );
+        blocked[..new].to_vec()
+    }
+
+    fn counts(&mut self) -> (i64, i64) {
+        let mut get = |key: &str| -> i64 {
+            redis::cmd("GET")
+                .arg(format!("{}{key}", self.1))
+                .query::<Option<i64>>(&mut self.0)
+                .unwrap()
+                .unwrap_or(0)
+        };
+        (get("idle"), get("pending"))
+    }
+}
+
+/// What a worker of the test is doing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Doing {
+    /// Running this job of this tenant.
+    Busy(u32, u32),
+    /// Blocked, waiting for a wake.
+    Blocked,
+    /// Woken, its take not yet sent.
+    Woken,
+}
+
+/// The functions driven as a lab drives them: 4 workers that take at the
+/// start, block when idle, take when woken and finish-and-take; a
+/// submitter that sends jobs due at one instant before anyone takes; a
+/// halt. Held to the in-process scheduler at every job handed out (lending
+/// asked with the idle workers the server counts, the asker among them),
+/// to the submit's refusals, and after each step, once every woken worker
+/// has taken, to the lab's counts: the server's idle count is the workers
+/// blocked, no wake is left pending, a woken worker was handed a job (a
+/// wake is sent for a job no other wake covers), and no worker stays
+/// blocked while the scheduler has a job to start.
+fn worker_path(server: &mut impl WorkerCalls, case: u32, d: &Discipline, steps: &[Step]) {
     let workers = 4usize;
-    let p = format!("wp:{case}:");
     let strategy = strategy_of(d);
     let mut reference = AnyScheduler::new(&strategy, d.weights.clone(), || d.costs.clone());
-    let opt = |v: Option<u32>| v.map_or("-1".to_string(), |v| v.to_string());
-    let mut setup = vec![
-        queue_name(d.queue).to_string(),
-        opt(d.cap),
-        opt(d.limit),
-        opt(d.reserve),
-    ];
-    for (t, w) in d.weights.iter().enumerate().filter(|(_, w)| **w != 1.0) {
-        setup.extend([t.to_string(), w.to_string()]);
-    }
-    let _: i64 = fcall_p(con, "noisylab_setup", &p, &setup);
+    server.setup(case, d, workers);
     let mut doing = vec![Doing::Blocked; workers];
-    let (mut next_job, mut halted, mut tokens) = (0u32, false, 0i64);
-    let blocked = |doing: &[Doing]| doing.iter().filter(|w| **w == Doing::Blocked).count() as u32;
+    // The blocked workers, in the order they blocked.
+    let mut line: Vec<usize> = Vec::new();
+    let (mut next_job, mut halted) = (0u32, false);
     // What the in-process scheduler hands a worker that asks while
     // `others` workers are blocked.
-    let expect = |reference: &mut AnyScheduler, others: u32, halted: bool| {
+    let expect = |reference: &mut AnyScheduler, others: usize, halted: bool| {
         if halted {
             return None;
         }
-        let lend = d.reserve.is_some_and(|r| others + 1 > r);
+        let lend = d.reserve.is_some_and(|r| others as u32 + 1 > r);
         match reference.take() {
             None if lend => reference.take_over_cap(),
             n => n,
@@ -501,31 +595,28 @@ fn worker_path(con: &mut redis::Connection, case: u32, d: &Discipline, steps: &[
     };
     // Every worker takes at the run's start: all idle.
     for w in 0..workers {
-        let got = handed(fcall_p(con, "noisylab_take", &p, &["0".into()]));
-        assert_eq!(got, None, "case {case}: worker {w} at the start");
+        assert_eq!(
+            server.take(w, false),
+            None,
+            "case {case}: worker {w} at the start"
+        );
+        line.push(w);
     }
     for (k, step) in steps.iter().enumerate() {
         let what = format!("case {case}, step {k} {step:?} of {steps:?} under {d:?}");
         match *step {
             Step::Submit(ref tenants) if !halted => {
                 for &t in tenants {
-                    let cost = d.costs[next_job as usize].to_string();
-                    let (ok, waiting): (i64, i64) = fcall_p(
-                        con,
-                        "noisylab_submit",
-                        &p,
-                        &[next_job.to_string(), t.to_string(), cost],
-                    );
+                    let got = server.submit(next_job, t, d.costs[next_job as usize]);
                     let want = reference.push(t, next_job).map_err(|r| r.waiting);
-                    let got = if ok == 1 { Ok(()) } else { Err(waiting as u32) };
                     assert_eq!(got, want, "{what}");
                     next_job += 1;
                 }
             }
             Step::Submit(_) => {}
             Step::Finish(i) => {
-                // (Every token was taken up after the last step: no job
-                // is on its way to a woken worker.)
+                // (Every woken worker took after the last step: no job is
+                // on its way to one.)
                 let busy: Vec<usize> = (0..workers)
                     .filter(|&w| matches!(doing[w], Doing::Busy(..)))
                     .collect();
@@ -537,78 +628,50 @@ fn worker_path(con: &mut redis::Connection, case: u32, d: &Discipline, steps: &[
                     unreachable!()
                 };
                 reference.finished(t);
-                let others = blocked(&doing);
-                let got = handed(fcall_p(
-                    con,
-                    "noisylab_finish",
-                    &p,
-                    &[job.to_string(), t.to_string(), "0".into()],
-                ));
-                assert_eq!(got, expect(&mut reference, others, halted), "{what}");
+                let got = server.finish(w, job, t);
+                assert_eq!(got, expect(&mut reference, line.len(), halted), "{what}");
                 doing[w] = got.map_or(Doing::Blocked, |(t, j)| Doing::Busy(j, t));
+                if got.is_none() {
+                    line.push(w);
+                }
             }
             Step::Halt => {
-                let _: i64 = fcall_p(con, "noisylab_halt", &p, &[]);
+                server.halt();
                 halted = true;
             }
         }
-        // Each new token wakes a blocked worker (the server took it off
-        // its idle count); each woken worker takes.
+        // The woken workers take, one at a time (a take may wake no one:
+        // only a submit or a lease running out wakes).
         loop {
-            let listed: i64 = redis::cmd("LLEN")
-                .arg(format!("{p}wake"))
-                .query(con)
-                .unwrap();
-            for _ in tokens..listed {
-                let w = doing
-                    .iter()
-                    .position(|w| *w == Doing::Blocked)
-                    .expect("a token for a blocked worker");
+            for w in server.woken(&line) {
+                assert_eq!(doing[w], Doing::Blocked, "{what}: worker {w} woken twice");
                 doing[w] = Doing::Woken;
+                line.retain(|&b| b != w);
             }
-            tokens = listed;
-            let Some(w) = doing.iter().position(|w| *w == Doing::Woken) else {
+            let Some(w) = doing.iter().position(|x| *x == Doing::Woken) else {
                 break;
             };
-            let _: Option<i64> = redis::cmd("LPOP")
-                .arg(format!("{p}wake"))
-                .query(con)
-                .unwrap();
-            tokens -= 1;
-            let others = blocked(&doing);
-            doing[w] = Doing::Blocked; // counted idle again unless handed a job
-            let got = handed(fcall_p(con, "noisylab_take", &p, &["1".into()]));
-            assert_eq!(
-                got,
-                expect(&mut reference, others, halted),
-                "{what}: a woken worker's take"
-            );
-            // A token is sent for a job no other token covers: woken for
-            // nothing only once the run is halted.
+            let got = server.take(w, true);
+            let want = expect(&mut reference, line.len(), halted);
+            assert_eq!(got, want, "{what}: worker {w}'s take, woken");
             assert!(
                 got.is_some() || halted,
-                "{what}: a worker woken for nothing"
+                "{what}: worker {w} woken for nothing"
             );
-            if let Some((t, j)) = got {
-                doing[w] = Doing::Busy(j, t);
+            doing[w] = got.map_or(Doing::Blocked, |(t, j)| Doing::Busy(j, t));
+            if got.is_none() {
+                line.push(w);
             }
         }
-        let count = |key: &str, con: &mut redis::Connection| -> i64 {
-            redis::cmd("GET")
-                .arg(format!("{p}{key}"))
-                .query::<Option<i64>>(con)
-                .unwrap()
-                .unwrap_or(0)
-        };
+        let (idle, pending) = server.counts();
         assert_eq!(
-            count("idle", con),
-            i64::from(blocked(&doing)),
-            "{what}: the server's idle count"
+            (idle, pending),
+            (line.len() as i64, 0),
+            "{what}: the server's idle workers and pending wakes"
         );
-        assert_eq!(count("pending", con), 0, "{what}: tokens left pending");
-        if blocked(&doing) > 0 {
+        if !line.is_empty() {
             assert_eq!(
-                expect(&mut reference, blocked(&doing) - 1, halted),
+                expect(&mut reference, line.len() - 1, halted),
                 None,
                 "{what}: a job could start while a worker stays blocked"
             );
@@ -616,24 +679,31 @@ fn worker_path(con: &mut redis::Connection, case: u32, d: &Discipline, steps: &[
     }
 }
 
-#[test]
-fn the_redis_functions_driven_as_workers_drive_them_hand_out_the_schedulers_jobs() {
-    let _turn = one_at_a_time();
-    let Some(server) = server() else { return };
-    let con = std::cell::RefCell::new(functions(&server.url));
+/// `cases` random disciplines and step sequences on `server`.
+fn worker_paths(cases: u32, server: &mut impl WorkerCalls) {
+    let server = std::cell::RefCell::new(server);
     let case = std::cell::Cell::new(0u32);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 256,
+        cases,
         failure_persistence: None,
         ..ProptestConfig::default()
     });
     runner
         .run(&(discipline(false), steps()), |(d, steps)| {
             case.set(case.get() + 1);
-            worker_path(&mut con.borrow_mut(), case.get(), &d, &steps);
+            worker_path(*server.borrow_mut(), case.get(), &d, &steps);
             Ok(())
         })
         .unwrap();
+    assert!(case.get() >= cases);
+}
+
+#[test]
+fn the_redis_functions_driven_as_workers_drive_them_hand_out_the_schedulers_jobs() {
+    let _turn = one_at_a_time();
+    let Some(server) = server() else { return };
+    let con = functions(&server.url);
+    worker_paths(256, &mut RedisWorkers(con, String::new(), 0));
 }
 
 fn server_plan(server: ServerKind, target: Target, processes: Option<u32>) -> ServerPlan {

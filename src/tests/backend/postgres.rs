@@ -638,3 +638,130 @@ fn a_cap_that_lends_lends_as_the_model_does_on_postgres() {
         Some(2),
     ));
 }
+
+/// The SQL functions on one schema, as a lab's workers call them: worker
+/// `w` is number `w + 1` (registered once, alive: its server process is
+/// this connection's); the wakes are read from the `woken` table, where the
+/// server names the worker it woke.
+struct PgWorkers {
+    client: postgres::Client,
+    registered: bool,
+    /// The workers in `woken` at the last look.
+    seen: Vec<usize>,
+}
+
+impl super::WorkerCalls for PgWorkers {
+    fn setup(&mut self, _case: u32, d: &Discipline, workers: usize) {
+        let opt = |v: Option<u32>| v.map_or(-1, |v| v as i32);
+        let durations: Vec<i64> = Vec::new();
+        self.client
+            .execute(
+                "SELECT noisylab_setup($1, $2, $3, $4, 'wp_', $5, $6)",
+                &[
+                    &queue_name(d.queue),
+                    &opt(d.cap),
+                    &opt(d.limit),
+                    &opt(d.reserve),
+                    &d.weights,
+                    &durations,
+                ],
+            )
+            .unwrap();
+        if !self.registered {
+            for me in 1..=workers as i32 {
+                self.client
+                    .execute("SELECT noisylab_ready($1)", &[&me])
+                    .unwrap();
+            }
+            self.registered = true;
+        }
+        self.seen.clear();
+    }
+
+    fn submit(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32> {
+        let r = self
+            .client
+            .query_one(
+                "SELECT ok, x FROM noisylab_submit($1, $2, $3)",
+                &[&i64::from(job), &(tenant as i32), &cost],
+            )
+            .unwrap();
+        let (ok, waiting): (bool, i32) = (r.get(0), r.get(1));
+        if ok { Ok(()) } else { Err(waiting as u32) }
+    }
+
+    fn take(&mut self, w: usize, woken: bool) -> Option<(u32, u32)> {
+        let r = self
+            .client
+            .query_one(
+                "SELECT job, tenant FROM noisylab_take($1, $2)",
+                &[&(w as i32 + 1), &woken],
+            )
+            .unwrap();
+        pg_handed(&r)
+    }
+
+    fn finish(&mut self, w: usize, job: u32, tenant: u32) -> Option<(u32, u32)> {
+        let r = self
+            .client
+            .query_one(
+                "SELECT job, tenant FROM noisylab_finish($1, $2, $3, NULL)",
+                &[&(w as i32 + 1), &i64::from(job), &(tenant as i32)],
+            )
+            .unwrap();
+        pg_handed(&r)
+    }
+
+    fn halt(&mut self) {
+        self.client.execute("SELECT noisylab_halt()", &[]).unwrap();
+    }
+
+    fn woken(&mut self, blocked: &[usize]) -> Vec<usize> {
+        let now: Vec<usize> = self
+            .client
+            .query("SELECT worker FROM woken ORDER BY worker", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, i32>(0) as usize - 1)
+            .collect();
+        let new: Vec<usize> = now
+            .iter()
+            .copied()
+            .filter(|w| !self.seen.contains(w))
+            .collect();
+        for w in &new {
+            assert!(blocked.contains(w), "worker {w} woken, not blocked");
+        }
+        self.seen = now;
+        new
+    }
+
+    fn counts(&mut self) -> (i64, i64) {
+        let r = self
+            .client
+            .query_one("SELECT idle, pending FROM cfg", &[])
+            .unwrap();
+        (i64::from(r.get::<_, i32>(0)), i64::from(r.get::<_, i32>(1)))
+    }
+}
+
+/// A take's or a finish's (job, tenant) as (tenant, job).
+fn pg_handed(r: &postgres::Row) -> Option<(u32, u32)> {
+    let (job, tenant): (Option<i64>, Option<i32>) = (r.get(0), r.get(1));
+    Some((tenant? as u32, job? as u32))
+}
+
+#[test]
+fn the_sql_functions_driven_as_workers_drive_them_hand_out_the_schedulers_jobs() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    let client = schema(&cluster.url, "wp");
+    super::worker_paths(
+        128,
+        &mut PgWorkers {
+            client,
+            registered: false,
+            seen: Vec::new(),
+        },
+    );
+}

@@ -3,8 +3,9 @@
 //!
 //! Mutations this suite must catch. Each was put in a scratch copy and the
 //! suite run (`cargo test --lib --test limits --test workload --test article
-//! --test robust --test scale --test fairness --test sched --test layout`);
-//! rerun them after a change to the code they touch:
+//! --test robust --test scale --test fairness --test sched --test layout`,
+//! and `--test backend` for the servers' code, with redis-server and
+//! PostgreSQL installed); rerun them after a change to the code they touch:
 //!
 //! | mutation | caught by |
 //! |---|---|
@@ -22,6 +23,18 @@
 //! | the precise timer's spin ends 20 µs early | `engine::clock::tests::a_real_clock_never_wakes_before_the_instant_asked_for` |
 //! | `noisylab.lua`'s vtc charges a job's cost without its tenant's weight | `backend`: `the_redis_functions_take_the_same_jobs_as_the_in_process_schedulers` |
 //! | … lifts a newcomer into an empty backlog to 0, not the last leaver's counter | the same |
+//! | `noisylab.lua`'s finish fences before it reaps (a finish past its lease, with no call between, accepted) | `backend`: `a_finish_after_its_lease_s_instant_is_refused_with_no_call_between` |
+//! | `noisylab.sql`'s `noisylab_accepted` counts the refused submits' rows too | `backend`: `a_finish_after_its_lease_s_instant_is_refused_with_no_call_between_on_postgres` |
+//! | … the Lua's wake ignores lending (wakes for runnable jobs only) | `backend`: `the_redis_functions_driven_as_workers_drive_them_hand_out_the_schedulers_jobs` |
+//! | … the Lua's take lends with one idle worker fewer (the asker not counted) | the same |
+//! | … the Lua hands out jobs after a halt | the same |
+//! | … the Lua's wake ignores the tokens already pending | the same |
+//! | … the Lua lends while `reserve` workers are idle (`>=` for `>`) | the same, and `a_cap_that_lends_lends_as_the_model_does_on_redis` |
+//! | … the Lua's renew counts no renewal | `backend`: `jobs_several_leases_long_renew_them_and_run_once` |
+//! | `noisylab.sql`'s wake ignores lending (wakes for runnable jobs only) | `backend`: `the_sql_functions_driven_as_workers_drive_them_hand_out_the_schedulers_jobs` |
+//! | the coordinator never turns a slow link well again (the delay's end ignored) | `backend`: `a_slow_link_holds_its_process_s_jobs_longer_and_loses_nothing` |
+//! | the worker renews while half the lease or more is left (`>=` for `>`) | `noisylab` (lib): `backend::worker::tests::the_worker_renews_as_often_as_the_model_counts` |
+//! | the machine check leaves out the CPU of the children the lab reaped | `noisylab` (lib): `machine::tests::processes_the_lab_started_are_the_lab_and_the_rest_are_others` |
 
 use std::collections::{BTreeMap, HashMap};
 
