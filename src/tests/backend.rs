@@ -2,9 +2,12 @@
 //! (what a server-side backend has) equal the ones it integrates as it runs.
 //! On Redis (a server each test starts on a free loopback port and stops,
 //! pass or fail): the functions give the in-process schedulers' jobs and
-//! refusals for random operation sequences; a lab on worker processes loses
-//! nothing, keeps every cap by the server's stamps and reproduces the
-//! model; the faults a user meets first end in one line, not a hang (a
+//! refusals for random operation sequences, called alone and driven as a
+//! lab's workers drive them (idle counts, wakes, halt: `worker_paths`,
+//! PostgreSQL's functions too); a lab on worker processes loses nothing,
+//! keeps every cap by the server's stamps (a cap passed only by lending,
+//! while more than its reserve were idle) and reproduces the model; a cap
+//! that lends lends as the model does, job for job; the faults a user meets first end in one line, not a hang (a
 //! worker process killed mid-run is named); Ctrl-C leaves no server.
 //!
 //! Without `redis-server` on PATH the Redis tests pass without running and

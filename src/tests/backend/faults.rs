@@ -8,7 +8,12 @@
 //! cap kept by the server's stamps, the stopped worker's jobs counted as
 //! ran twice and their finishes refused; every worker's connection dropped
 //! twice: they connect again and nothing is lost; the server killed and
-//! started again from its append-only file, twice: nothing lost.
+//! started again from its append-only file, twice: nothing lost; without
+//! the file, every job lost and the run failed naming the promise. One
+//! fencing rule: a finish after its lease's instant is refused with no
+//! call between. Jobs several leases long renew them as the model counts
+//! and run once; a slow link slows only the jobs inside its window, as
+//! many as the model says.
 
 use std::path::Path;
 use std::time::Duration;
