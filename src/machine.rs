@@ -423,39 +423,74 @@ fn thread_involuntary_switches() -> u64 {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
-    use std::process::Command;
+    use std::io::Read;
+    use std::process::{Command, Stdio};
 
-    /// A shell loop that keeps one CPU busy for 0.4 s.
-    const BURN: &str = "timeout 0.4 sh -c 'while :; do :; done'";
+    /// A shell loop of a fixed amount of work (about 0.4 s of one CPU here):
+    /// the same CPU time however busy the machine is.
+    const BURN: &str = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
+
+    /// CPU seconds of this process's children that have ended.
+    fn ended_children_cpu_s() -> f64 {
+        // SAFETY: getrusage fills the struct we hand it and nothing else.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) }, 0);
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        secs(u.ru_utime) + secs(u.ru_stime)
+    }
 
     #[test]
     fn processes_the_lab_started_are_the_lab_and_the_rest_are_others() {
         let start = CpuSample::now();
-        // One burner this process starts and waits for (as a lab's server
-        // or worker process), one it hands to init at once (its shell
-        // exits, leaving it running: another process on the machine).
+        let (wall, before) = (std::time::Instant::now(), ended_children_cpu_s());
+        // The same work twice: in a child this process waits for (as a
+        // lab's server or worker process), and in one handed to init at
+        // once (its shell exits, leaving it running: another process).
         let mut mine = Command::new("sh").args(["-c", BURN]).spawn().unwrap();
-        let mut gone = Command::new("sh")
-            .args(["-c", &format!("{BURN} > /dev/null 2>&1 &")])
+        let mut shell = Command::new("sh")
+            .args(["-c", &format!("( {BURN} ) > /dev/null 2>&1 & echo $!")])
+            .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        gone.wait().unwrap();
-        // The adopted one is no descendant of this process: not counted.
-        let while_running = descendants_cpu_s(std::process::id(), false);
+        let mut pid = String::new();
+        shell
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut pid)
+            .unwrap();
+        shell.wait().unwrap();
+        let pid: u32 = pid.trim().parse().unwrap();
+        // The adopted one is no descendant of this process.
+        let theirs = descendants_cpu_s(std::process::id(), false);
         mine.wait().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(150));
+        let deadline = wall + std::time::Duration::from_secs(20);
+        // Until it ends (a zombie, state Z, has: init may be slow to reap).
+        let running = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, r)| !r.starts_with('Z'))
+            })
+        };
+        while running() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the adopted loop ends"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let causes = CpuSample::causes_since(&start);
         let others = causes.others_cpu_pct.expect("Linux's /proc/stat");
+        // Other processes' share is the adopted loop's CPU (as much as
+        // the child's) over every CPU's time; counting the child too would
+        // double it.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        // Each burner is 0.4 s of one core over about 0.55 s of wall on
-        // `cores` cores: about 73 % of one core's time, divided by the
-        // cores. Only the adopted one is another's; counting the child too
-        // would double it.
-        let one = 0.4 / 0.55 * 100.0 / cores;
+        let one =
+            (ended_children_cpu_s() - before) / (wall.elapsed().as_secs_f64() * cores) * 100.0;
         assert!(
-            others > one * 0.5 && others < one * 1.5,
-            "others {others:.1} %, one burner {one:.1} % ({cores} cores)"
+            others > one * 0.5 && others < one * 1.5 + 2.0,
+            "others {others:.1} %, one loop {one:.1} % ({cores} cores)"
         );
-        assert!(while_running.is_some());
+        assert!(theirs.is_some());
     }
 }
