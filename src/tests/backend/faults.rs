@@ -358,13 +358,6 @@ pub(super) fn slow_link_loses_nothing(plan: ServerPlan, delay_ms: u64, lease_s: 
             let extra = j.finished - j.started - j.duration;
             assert!(extra == 0 || extra == delay, "{name}: model {j:?}");
         }
-        let mut after: Vec<u64> = jobs
-            .iter()
-            .filter(|j| j.fate == Fate::Ran && j.started >= until + delay)
-            .map(|j| (j.finished - j.started - j.duration) / 1000)
-            .collect();
-        after.sort();
-        eprintln!("{name}: excess after (us) {after:?}");
         for at in here.iter().chain(&there) {
             assert!(
                 (from..until + delay).contains(at),
