@@ -85,8 +85,9 @@ fn say_what_was_kept(outcome: &LabOutcome, saved: Option<&Path>, how: &str) {
 }
 
 pub fn report(opts: &ReportOpts) -> Result<i32> {
+    let out = opts.out();
     let paths = if opts.files.is_empty() {
-        store::list(&opts.out)?
+        store::list(&out)?
     } else {
         opts.files.clone()
     };
@@ -96,7 +97,7 @@ pub fn report(opts: &ReportOpts) -> Result<i32> {
     if paths.is_empty() {
         bail!(
             "{}: no results files; run `make lab` (or `noisylab run`) first",
-            store::runs_dir(&opts.out).display()
+            store::runs_dir(&out).display()
         );
     }
     let reference = opts.reference.load()?;
@@ -106,7 +107,7 @@ pub fn report(opts: &ReportOpts) -> Result<i32> {
         .zip(&files)
         .map(|(p, results)| Source {
             link: p
-                .strip_prefix(&opts.out)
+                .strip_prefix(&out)
                 .unwrap_or(p)
                 .to_string_lossy()
                 .replace('\\', "/"),
@@ -114,8 +115,6 @@ pub fn report(opts: &ReportOpts) -> Result<i32> {
         })
         .collect();
     readme::order(&mut sources);
-    let page = readme::render(&sources, &reference)?;
-    let written = store::write_site(&opts.out, &page.readme, &page.plots)?;
     let mut stdout = std::io::stdout().lock();
     for s in &sources {
         writeln!(stdout, "{}", s.link)?;
@@ -128,11 +127,22 @@ pub fn report(opts: &ReportOpts) -> Result<i32> {
             .write_all(compare_report::render(&refs, &reference, UTF8_FULL_CONDENSED).as_bytes())?;
     }
     stdout.flush()?;
+    if !opts.writes_site() {
+        eprintln!(
+            "the report site in {} is left as it was (it is built from {}): give --out DIR \
+             to write one from these files",
+            out.display(),
+            store::runs_dir(&out).display()
+        );
+        return Ok(EXIT_OK);
+    }
+    let page = readme::render(&sources, &reference)?;
+    let written = store::write_site(&out, &page.readme, &page.plots)?;
     eprintln!(
         "wrote {} and {} charts in {}",
         written.display(),
         page.plots.len(),
-        opts.out.join("plots").display()
+        out.join("plots").display()
     );
     Ok(EXIT_OK)
 }
@@ -143,9 +153,9 @@ fn print_one(opts: &ReportOpts, paths: &[PathBuf], format: Format) -> Result<i32
         [one] => one.clone(),
         [] => bail!(
             "{}: no results files to report",
-            store::runs_dir(&opts.out).display()
+            store::runs_dir(&opts.out()).display()
         ),
-        _ if opts.files.is_empty() => store::newest(&opts.out)?,
+        _ if opts.files.is_empty() => store::newest(&opts.out())?,
         _ => bail!(
             "--format prints one results file; {} were given",
             paths.len()

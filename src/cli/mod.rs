@@ -160,11 +160,27 @@ pub struct ReportOpts {
     /// Print one results file in this format to stdout instead of regenerating the report.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
-    /// The reports folder.
-    #[arg(long, value_name = "DIR", default_value = "reports")]
-    pub out: PathBuf,
+    /// The reports folder (default `reports`): the report site is built
+    /// from the FILES given, or from every file under DIR/runs, and written
+    /// there. FILES without --out are printed only: the site stays as it
+    /// was.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
     #[command(flatten)]
     pub reference: ReferenceArg,
+}
+
+impl ReportOpts {
+    /// The reports folder.
+    pub fn out(&self) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| PathBuf::from("reports"))
+    }
+
+    /// Whether to write the report site: from the folder's own results,
+    /// or from files given with a folder to write them to.
+    pub fn writes_site(&self) -> bool {
+        self.files.is_empty() || self.out.is_some()
+    }
 }
 
 /// What `compare` prints.

@@ -1,5 +1,6 @@
 //! The binary end to end: bad input gets one line and exit code 2; a short
-//! real-clock run exercises the real path.
+//! real-clock run exercises the real path; `report FILE` leaves the report
+//! site alone unless `--out` says where to write one.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -236,4 +237,52 @@ fn a_short_real_clock_run_completes_and_saves_its_results() {
         .expect("histograms saved");
     let h = noisylab::results::decode_histogram(&raw.histograms.normal_wait_ns).unwrap();
     assert_eq!(h.len(), 24, "the saved histogram holds every normal job");
+}
+
+#[test]
+fn a_report_of_files_prints_them_and_leaves_the_site_unless_told_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("reports");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("README.md"), "the site\n").unwrap();
+    let mut runs: Vec<_> = std::fs::read_dir("reports/runs")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    runs.sort();
+    let file = std::fs::canonicalize(&runs[0]).unwrap();
+    let file = file.to_str().unwrap();
+    let report = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_noisylab"))
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // A file given alone: its tables printed, the site as it was.
+    let out = report(&["report", file]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Strategy"));
+    assert!(err.contains("left as it was"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(site.join("README.md")).unwrap(),
+        "the site\n"
+    );
+    assert!(!site.join("plots").exists());
+    // With --out, the site from that file is written there.
+    let out = report(&["report", file, "--out", "elsewhere"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_to_string(dir.path().join("elsewhere/README.md")).unwrap();
+    assert!(written.len() > 1000, "a report site: {written}");
+    assert_eq!(
+        std::fs::read_to_string(site.join("README.md")).unwrap(),
+        "the site\n"
+    );
 }
