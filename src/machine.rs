@@ -223,34 +223,57 @@ fn own_usage() -> (f64, u64) {
 /// (Linux's /proc: utime, stime, cutime, cstime; `None` elsewhere or where
 /// `root` is gone).
 pub fn descendants_cpu_s(root: u32, with_root: bool) -> Option<f64> {
-    // pid -> (parent, ticks).
-    let mut procs = std::collections::HashMap::<u32, (u32, u64)>::new();
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
+    ProcessTree::read()?.cpu_s(root, with_root)
+}
+
+/// Every process's parent and CPU ticks, read from /proc at once, for the
+/// CPU of several trees from one look.
+pub struct ProcessTree {
+    /// pid -> (parent, ticks).
+    procs: std::collections::HashMap<u32, (u32, u64)>,
+    children: std::collections::HashMap<u32, Vec<u32>>,
+}
+
+impl ProcessTree {
+    /// The processes now (`None` without /proc).
+    pub fn read() -> Option<ProcessTree> {
+        let mut procs = std::collections::HashMap::<u32, (u32, u64)>::new();
+        for e in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(fields) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| stat_fields(&stat))
+            {
+                procs.insert(pid, fields);
+            }
+        }
+        let mut children = std::collections::HashMap::<u32, Vec<u32>>::new();
+        for (&pid, &(parent, _)) in &procs {
+            children.entry(parent).or_default().push(pid);
+        }
+        Some(ProcessTree { procs, children })
+    }
+
+    /// As [`descendants_cpu_s`], from this look.
+    pub fn cpu_s(&self, root: u32, with_root: bool) -> Option<f64> {
+        let mut total = if with_root {
+            self.procs.get(&root)?.1
+        } else {
+            0
         };
-        if let Some(fields) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| stat_fields(&stat))
-        {
-            procs.insert(pid, fields);
+        let mut todo = vec![root];
+        while let Some(p) = todo.pop() {
+            for &c in self.children.get(&p).into_iter().flatten() {
+                total += self.procs[&c].1;
+                todo.push(c);
+            }
         }
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        Some(total as f64 / hz)
     }
-    let mut total = if with_root { procs.get(&root)?.1 } else { 0 };
-    let mut children = std::collections::HashMap::<u32, Vec<u32>>::new();
-    for (&pid, &(parent, _)) in &procs {
-        children.entry(parent).or_default().push(pid);
-    }
-    let mut todo = vec![root];
-    while let Some(p) = todo.pop() {
-        for &c in children.get(&p).into_iter().flatten() {
-            total += procs[&c].1;
-            todo.push(c);
-        }
-    }
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Some(total as f64 / hz)
 }
 
 /// A `/proc/<pid>/stat` line's parent and its CPU ticks (utime, stime,

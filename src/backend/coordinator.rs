@@ -370,9 +370,12 @@ impl<W: Wire> Coordinator<W> {
     /// Each worker process's CPU seconds so far, by pid (with the threads
     /// and processes it started).
     fn workers_cpu(&self) -> Vec<(u32, f64)> {
+        let Some(tree) = crate::machine::ProcessTree::read() else {
+            return Vec::new();
+        };
         self.children
             .iter()
-            .filter_map(|c| Some((c.id(), crate::machine::descendants_cpu_s(c.id(), true)?)))
+            .filter_map(|c| Some((c.id(), tree.cpu_s(c.id(), true)?)))
             .collect()
     }
 
