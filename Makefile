@@ -2,15 +2,15 @@
 CARGO ?= cargo
 BIN := target/release/noisylab
 
-.PHONY: lab lab-redis lab-postgres test build report bench calibrate bands
+.PHONY: lab lab-redis lab-postgres test build report bench calibrate bands docs
 
 build:
 	$(CARGO) build --release --locked
 
 # About seven minutes: 5 strategies x 3 runs on real timers, then the report
 # regenerated and the new results validated: against the model on the same
-# seeds (the verdict, and make's exit status: README, "Real against the
-# model"), then against the post's figures and the model's seed bands.
+# seeds (the verdict, and make's exit status: docs/validation.md), then
+# against the post's figures and the model's seed bands.
 lab: build
 	$(BIN) run lab/article.toml
 	$(BIN) report > /dev/null
@@ -66,3 +66,10 @@ calibrate: build
 # What the model itself gives over 100 seeds (virtual clock, under a second).
 bands: build
 	$(BIN) bands lab/article.toml --seeds 100
+
+# Rewrite the tables and excerpts between `<!-- generated: … -->` markers in
+# README.md and docs/ with what the command each marker names prints now
+# (from the committed files and the virtual clock); `make test` fails when
+# one is out of date.
+docs:
+	NOISYLAB_WRITE_DOCS=1 $(CARGO) test --locked --test docs -- generated_blocks

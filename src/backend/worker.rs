@@ -28,7 +28,7 @@ use crate::stats::{encode_histogram, new_histogram, record};
 /// 0.1 ms late on a 2-core VM, and a spin would take that off, but twenty
 /// worker threads that finish together (a burst's jobs, started together)
 /// spin together on two cores and take the server's CPU. Measured on the
-/// article lab on Redis (README, "On a real queue"): spinning the last
+/// article lab on Redis (docs/backends.md, "The timer, measured and chosen"): spinning the last
 /// 0.3 ms, one thread a process at a time, took the capped runs' lateness
 /// p50 from 0.14 ms to 0.1 µs, but the shared FIFO's take round trip p50
 /// from 317 µs to 576 µs, and 6 of the 210 figures fell outside the model

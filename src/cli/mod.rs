@@ -120,7 +120,9 @@ pub struct BandsOpts {
 
 #[derive(Debug, Args)]
 pub struct ScenarioOpts {
-    /// Which built-in scenario: article (the post's lab), smoke (one second), scale.
+    /// Which built-in scenario: article (the post's lab), smoke (one second),
+    /// scale, ai-product (a template: model calls, tokens, a provider's
+    /// limits, API keys, retrying clients).
     #[arg(default_value = "article")]
     pub name: String,
 }

@@ -71,7 +71,7 @@ impl fmt::Display for Warning {
                 "{strategy}: runs disagree by {spread_pct:.0} % on {figure} (more than {:.0} %). \
                  On the real clock a busy machine during one run is the usual cause: close other \
                  programs and rerun. Where the virtual clock disagrees too, the seeds themselves \
-                 differ (see the README's \"Why the fair queue's waits vary\"); raise `runs` so \
+                 differ (docs/validation.md, \"Why the fair queue's waits vary\"); raise `runs` so \
                  the median settles.",
                 RUN_AGREEMENT * 100.0
             ),

@@ -373,6 +373,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("article", include_str!("../../lab/article.toml")),
     ("smoke", include_str!("../../lab/smoke.toml")),
     ("scale", include_str!("../../lab/scale.toml")),
+    ("ai-product", include_str!("../../lab/ai-product.toml")),
 ];
 
 /// The text of a built-in scenario.

@@ -30,7 +30,56 @@ fn the_built_in_scenario_is_the_article_file() {
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(
         text(&bad.stderr),
-        "noisylab: scenario \"nope\": no such built-in scenario; built in: article, smoke, scale\n"
+        "noisylab: scenario \"nope\": no such built-in scenario; built in: article, smoke, scale, ai-product\n"
+    );
+}
+
+/// The AI-product template, printed into an empty folder, runs there with
+/// what it is a template of in force: the provider refuses calls, the
+/// clients retry them, the rate limit and the keys are read, and the queue
+/// limit refuses the import.
+#[test]
+fn the_ai_product_template_runs_from_an_empty_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = noisylab_in(d, &["scenario", "ai-product"]);
+    assert_eq!(out.status.code(), Some(0));
+    std::fs::write(d.join("mine.toml"), &out.stdout).unwrap();
+    let run = noisylab_in(
+        d,
+        &[
+            "run",
+            "mine.toml",
+            "--clock",
+            "virtual",
+            "--format",
+            "json",
+            "-q",
+        ],
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let strategies = v["strategies"].as_array().unwrap();
+    assert_eq!(strategies.len(), 4);
+    let refused =
+        |i: usize, layer: &str| strategies[i]["median"]["refused"][layer].as_f64().unwrap();
+    let fifo = &strategies[0]["median"];
+    assert!(refused(0, "provider") > 0.0, "the provider refuses");
+    assert!(
+        fifo["attempts"].as_f64().unwrap() > fifo["unique_jobs"].as_f64().unwrap(),
+        "refused calls are retried: {}",
+        fifo["attempts"]
+    );
+    assert!(refused(0, "rate") > 0.0, "the api tenants' rate limit");
+    assert!(
+        refused(3, "limit") > 0.0,
+        "the queue limit refuses the import"
+    );
+    let classes = strategies[0]["median"]["classes"].as_object().unwrap();
+    assert_eq!(
+        classes.keys().collect::<Vec<_>>(),
+        ["api", "chat", "import"],
+        "the template's groups and burst"
     );
 }
 

@@ -222,7 +222,7 @@ fn strategy_mut<'a>(v: &'a mut Value, name: &str) -> &'a mut Value {
         .unwrap()
 }
 
-/// The post's fair-queue figures in place of the lockstep pool's (see README).
+/// The post's fair-queue figures in place of the lockstep pool's (docs/validation.md).
 fn as_the_post_measured(v: &mut Value) {
     let s = strategy_mut(v, "Fair queue, no cap");
     for k in ["median", "min", "max"] {

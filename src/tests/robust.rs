@@ -203,11 +203,11 @@ fn noisylab() -> Command {
     Command::new(env!("CARGO_BIN_EXE_noisylab"))
 }
 
-/// The README's "When things go wrong" lists what the broken examples in
+/// docs/troubleshooting.md lists what the broken examples in
 /// `lab/examples/` print; the tool must print exactly that.
 #[test]
 fn the_broken_examples_print_what_the_readme_documents() {
-    let readme = std::fs::read_to_string("README.md").unwrap();
+    let readme = std::fs::read_to_string("docs/troubleshooting.md").unwrap();
     let mut checked = 0;
     for entry in std::fs::read_dir("lab/examples").unwrap() {
         let path = entry.unwrap().path();
@@ -228,7 +228,7 @@ fn the_broken_examples_print_what_the_readme_documents() {
         let line = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
         assert!(
             readme.contains(&format!("{line}\n")),
-            "README.md does not document:\n{line}"
+            "docs/troubleshooting.md does not document:\n{line}"
         );
         checked += 1;
     }

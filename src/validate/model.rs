@@ -5,7 +5,7 @@
 //! the virtual clock with the run's seed, twice: exactly, and with each job
 //! held its duration plus the run's own measured mean overshoot (so ties
 //! between an arrival and a completion break the way they broke on the
-//! machine; see the README, "Real against the model"). Makespans are judged
+//! machine; see docs/validation.md). Makespans are judged
 //! against the exact model within [`MAKESPAN_CLOSE`], so a machine whose
 //! timers run late fails them; counts exactly, and waits within a tolerance
 //! built from the run's own measured harness error, against the model of
