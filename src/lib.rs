@@ -12,12 +12,15 @@
 //!
 //! Layers, bottom first. A module may use the modules of the layers below
 //! its own and nothing above it, and the modules of one layer do not use
-//! each other, so the `use crate::…` graph has no cycle. The test
+//! each other, so the `use crate::…` graph has no cycle; inside a module,
+//! its files use each other without a circle either. The test
 //! `src/tests/layout.rs` reads this list and checks every `crate::` and
-//! `super::` path in `src/` against it.
+//! `super::` path in `src/` against it, and holds every file outside the
+//! tests to 700 lines and every function to 80.
 //!
 //! 1. `units`, `stats`, `fsio`, `machine`: leaves: number formatting,
-//!    percentiles and the histogram codec, reading a file, the host's facts.
+//!    percentiles, Jain's index and the histogram codec, reading a file,
+//!    the host's facts.
 //! 2. `scenario`: TOML scenarios, parsed and validated.
 //! 3. `sched`: the queue disciplines behind one trait.
 //! 4. `engine`: the arrival plan, the event loop, the two clocks.
@@ -25,7 +28,8 @@
 //!    warning type.
 //! 6. `results`: the data model of a lab's figures.
 //! 7. `backend`: where a run's queue lives: the engine in this process, or
-//!    functions inside a Redis server with workers in other processes.
+//!    a queue server (functions inside Redis, SQL functions over a
+//!    PostgreSQL job table) with workers in other processes.
 //! 8. `lab`, `store`, `reference`: running a lab and summarising it; results
 //!    files on disk; the post's figures.
 //! 9. `validate`: the post's claims checked against results.

@@ -52,6 +52,17 @@ pub fn percentiles(h: &Histogram<u64>, per_unit: f64) -> Percentiles {
     }
 }
 
+/// Jain's fairness index: (Σx)² ÷ (n Σx²); 1 when all are equal.
+pub fn jain(values: &[f64]) -> f64 {
+    let sum: f64 = values.iter().sum();
+    let squares: f64 = values.iter().map(|v| v * v).sum();
+    if values.is_empty() || squares == 0.0 {
+        1.0
+    } else {
+        sum * sum / (values.len() as f64 * squares)
+    }
+}
+
 /// The median of sorted values (the mean of the middle two for an even count).
 pub fn median(sorted: &[f64]) -> f64 {
     let n = sorted.len();

@@ -16,7 +16,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use anyhow::{Result, anyhow};
 
-use super::coordinator::Submit;
+use super::wire::Submit;
 use crate::engine::traffic::Traffic;
 use crate::engine::{JobRecord, Nanos, Pool};
 use crate::scenario::{Queue, Strategy};

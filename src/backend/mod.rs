@@ -10,7 +10,8 @@
 //!   reference every other backend is tested against.
 //! - [`coordinator`]: a lab on a queue server, workers in separate
 //!   processes, every instant from the server's clock; the server's side
-//!   in one trait ([`coordinator::Wire`]), implemented by
+//!   in one trait ([`wire::Wire`]), the run rebuilt from the server's
+//!   stamps by [`rebuild`]; the wire implemented by
 //! - [`redis`]: the disciplines as functions inside a Redis server, and
 //! - [`postgres`]: the disciplines as SQL functions over a job table;
 //! - [`clients`]: a run's clients as the coordinator plays them: arrivals,
@@ -25,8 +26,10 @@ pub mod coordinator;
 pub mod faults;
 pub mod postgres;
 pub mod process;
+pub mod rebuild;
 pub mod redis;
 pub mod relay;
+pub mod wire;
 pub mod worker;
 
 use std::sync::atomic::AtomicBool;

@@ -4,7 +4,7 @@
 //! wake that handled it.
 //!
 //! A wake of the event loop is an OS sleep to shortly before the instant,
-//! then a spin to it, then the events due (see [`super::clock`]). The thread's
+//! then a spin to it, then the events due (see the `clock` module). The thread's
 //! counters ([`ThreadSample`]) are read before the sleep and when it ends,
 //! both in time the loop would spend waiting anyway, and once more after the
 //! events, only when one of them was late, so nothing is read between an

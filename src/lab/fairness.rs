@@ -81,7 +81,7 @@ pub fn measure(
         let max = served.iter().copied().fold(f64::MIN, f64::max);
         let min = served.iter().copied().fold(f64::MAX, f64::min);
         diffs.push(max - min);
-        jains.push(super::summary::jain(served));
+        jains.push(crate::stats::jain(served));
     }
     let mean = |v: &[f64], empty: f64| {
         if v.is_empty() {

@@ -297,19 +297,8 @@ impl PerTenant {
             worst_p95_ms: worst.map_or(0.0, |(w, _)| w as f64 / 1e6),
             worst: worst.map_or_else(String::new, |(_, t)| population.tenant_name(t as u32)),
             over_alert,
-            jain_slowdown: jain(&means),
+            jain_slowdown: crate::stats::jain(&means),
         }
-    }
-}
-
-/// Jain's fairness index: (Σx)² ÷ (n Σx²); 1 when all are equal.
-pub fn jain(values: &[f64]) -> f64 {
-    let sum: f64 = values.iter().sum();
-    let squares: f64 = values.iter().map(|v| v * v).sum();
-    if values.is_empty() || squares == 0.0 {
-        1.0
-    } else {
-        sum * sum / (values.len() as f64 * squares)
     }
 }
 

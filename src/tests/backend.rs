@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 
-use noisylab::backend::coordinator::queue_name;
 use noisylab::backend::redis as redis_backend;
 use noisylab::backend::redis::server::{self, OwnedServer};
+use noisylab::backend::wire::queue_name;
 use noisylab::backend::{Backend, RunError, RunInput, RunRecord, ServerKind, ServerPlan, Target};
 use noisylab::engine::{Fate, JobRecord, NEVER, stats_from_records};
 use noisylab::lab;

@@ -2,13 +2,17 @@
 //! (in `use` trees, nested groups included, and anywhere in the code) goes to
 //! the file's own top-level module or to a lower layer of the list in
 //! `src/lib.rs` ("# Layout"), so the module graph has no cycle and no upward
-//! arrow; and no function outside the tests is longer than 80 lines.
+//! arrow; the files of one module use each other without a circle; no
+//! function outside the tests is longer than 80 lines, and no file longer
+//! than 700.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Longest function body allowed outside the tests, in lines.
 const MAX_FN_LINES: usize = 80;
+/// Longest file allowed outside the tests (its test module aside), in lines.
+const MAX_FILE_LINES: usize = 700;
 
 /// Layer of each top-level module, read from the lib.rs doc list.
 fn layers() -> BTreeMap<String, usize> {
@@ -287,6 +291,127 @@ fn no_function_is_longer_than_80_lines() {
         "functions over {MAX_FN_LINES} lines:\n{}",
         long.join("\n")
     );
+}
+
+#[test]
+fn no_file_is_longer_than_700_lines() {
+    let long: Vec<String> = library_files()
+        .iter()
+        .map(|f| (f, f.code.lines().count()))
+        .filter(|(_, n)| *n > MAX_FILE_LINES)
+        .map(|(f, n)| format!("{}: {n} lines", f.path.display()))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_FILE_LINES} lines (tests aside): split them by their jobs:\n{}",
+        long.join("\n")
+    );
+}
+
+/// The sibling files (`backend/clients.rs` → `coordinator`) that a file
+/// directly inside a top-level module names through `super::x` or
+/// `crate::top::x`.
+fn sibling_uses(file: &SourceFile, siblings: &[String]) -> Vec<String> {
+    let top = file.top();
+    let mut out = Vec::new();
+    let own = format!("crate::{top}::");
+    for prefix in ["super::", own.as_str()] {
+        for (i, _) in file.code.match_indices(prefix) {
+            let before = &file.code[..i];
+            if before.ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let rest = &file.code[i + prefix.len()..];
+            if rest.starts_with("super::") {
+                continue;
+            }
+            for head in tree_heads(rest) {
+                if siblings.contains(&head) && head != file.module[1] && !out.contains(&head) {
+                    out.push(head);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A circle in `edges` (name → names it uses), if there is one.
+fn circle(edges: &BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_string());
+            return Some(found);
+        }
+        if done.iter().any(|d| d == node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(found) = visit(next, edges, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.push(node.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    edges
+        .keys()
+        .find_map(|start| visit(start, edges, &mut Vec::new(), &mut done))
+}
+
+/// Each top-level module's files (its `mod.rs` aside: it declares them)
+/// and the siblings each one uses.
+fn sibling_graphs() -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
+    let files = library_files();
+    let mut graphs: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    for file in files.iter().filter(|f| f.module.len() >= 2) {
+        let siblings: Vec<String> = files
+            .iter()
+            .filter(|f| f.module.len() >= 2 && f.top() == file.top())
+            .map(|f| f.module[1].clone())
+            .collect();
+        if file.module.len() == 2 {
+            graphs
+                .entry(file.top().to_string())
+                .or_default()
+                .insert(file.module[1].clone(), sibling_uses(file, &siblings));
+        }
+    }
+    graphs
+}
+
+#[test]
+fn the_files_of_a_module_use_each_other_without_a_circle() {
+    let graphs = sibling_graphs();
+    assert!(
+        graphs["backend"]["coordinator"].contains(&"clients".to_string()),
+        "the graph sees a file's uses of its siblings: {:?}",
+        graphs["backend"]
+    );
+    let circles: Vec<String> = graphs
+        .iter()
+        .filter_map(|(top, edges)| circle(edges).map(|c| format!("{top}: {}", c.join(" → "))))
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "files that use each other in a circle (move what both need to a third, lower file):\n{}",
+        circles.join("\n")
+    );
+    let with_one: BTreeMap<String, Vec<String>> = [
+        ("a".to_string(), vec!["b".to_string()]),
+        ("b".to_string(), vec!["c".to_string()]),
+        ("c".to_string(), vec!["a".to_string()]),
+    ]
+    .into();
+    assert_eq!(circle(&with_one).unwrap(), ["a", "b", "c", "a"]);
 }
 
 #[test]

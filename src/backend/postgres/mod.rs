@@ -19,7 +19,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, SimpleQueryMessage};
 
-use super::coordinator::{Coordinator, ServerCost, Setup, Stamp, Submit, Wire, lab_id, queue_name};
+use super::coordinator::{Coordinator, lab_id};
+use super::wire::{ServerCost, Setup, Stamp, Submit, Wire, queue_name};
 use super::{ServerKind, ServerPlan, Target};
 use server::OwnedCluster;
 

@@ -17,7 +17,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use redis::{Client, Connection, cmd};
 
-use super::coordinator::{Coordinator, ServerCost, Setup, Stamp, Submit, Wire, lab_id, queue_name};
+use super::coordinator::{Coordinator, lab_id};
+use super::wire::{ServerCost, Setup, Stamp, Submit, Wire, queue_name};
 use super::{ServerKind, ServerPlan, Target};
 use crate::scenario::Queue;
 use server::OwnedServer;

@@ -8,9 +8,9 @@
 
 use std::path::Path;
 
-use noisylab::backend::coordinator::queue_name;
 use noisylab::backend::postgres::server::{self as pg_server, OwnedCluster};
 use noisylab::backend::postgres::{self as pg, PgBackend};
+use noisylab::backend::wire::queue_name;
 use noisylab::backend::{ServerKind, ServerPlan, Target};
 use noisylab::scenario::{Queue, Scenario};
 
