@@ -178,11 +178,10 @@ fn virtual_article_lab(b: divan::Bencher) {
     b.bench_local(|| {
         for strategy in &scenario.strategy {
             for k in 0..scenario.runs {
-                divan::black_box(noisylab::lab::run_virtual(
-                    &scenario,
-                    strategy,
-                    scenario.seed + u64::from(k),
-                ));
+                divan::black_box(
+                    noisylab::lab::Model::new(&scenario, strategy, scenario.seed + u64::from(k))
+                        .run(),
+                );
             }
         }
     });

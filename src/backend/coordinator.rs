@@ -18,13 +18,13 @@ use super::clients::{Clients, Due};
 use super::faults::{Action, Injector};
 use super::rebuild::{Rebuilt, records};
 use super::wire::{Setup, Submit, Wire};
-use super::{Backend, RunError, RunInput, RunRecord, ServerKind, by_class};
+use super::{Backend, RunError, RunInput, RunRecord, ServerKind, ServerMeasures};
 use crate::engine::clock::sleep_until_blocking;
 use crate::engine::{Nanos, stats_from_records};
-use crate::results::{BackendFacts, FaultFigures, QueueFigures};
+use crate::results::{BackendFacts, FaultFigures};
 use crate::scenario::Queue;
 use crate::scenario::faults::default_lease_ns;
-use crate::stats::{decode_histogram, new_histogram, percentiles, record};
+use crate::stats::{decode_histogram, new_histogram, record};
 
 /// Most workers one process runs by default.
 pub const WORKERS_PER_PROCESS: u32 = 5;
@@ -339,7 +339,6 @@ impl<W: Wire> Coordinator<W> {
         let workers_cpu_s = self.workers_cpu_since(&workers_before);
         let (take_rtt, hold_late) = self.end_workers().map_err(failed)?;
         let stamps = self.wire.stamps().map_err(failed)?;
-        let n = input.plan.len() as f64;
         // The attempts move into the records; the clients still name them.
         let attempts = std::mem::take(&mut clients.jobs);
         let index = |id: u32| clients.index(id);
@@ -355,21 +354,16 @@ impl<W: Wire> Coordinator<W> {
         leases.renewals = self.wire.renewals().map_err(failed)?;
         leases.dropped_connections = faults.dropped;
         leases.restart_ms = self.restart_max.as_secs_f64() * 1e3;
-        let queue = QueueFigures {
-            take_rtt_us: percentiles(&take_rtt, 1e3),
-            hold_overshoot_us: percentiles(&hold_late, 1e3),
-            submit_rtt_us: percentiles(&submitted.rtt, 1e3),
-            server_us_per_call: cost.us_per_call,
-            server_cpu_s: cost.cpu_s,
+        let server = ServerMeasures {
+            take_rtt,
+            hold_late,
+            submit_rtt: submitted.rtt,
+            cost,
             workers_cpu_s,
-            calls_per_job: cost.calls as f64 / n,
-            bytes_per_job: cost.bytes.map(|b| b as f64 / n),
-            wal_bytes_per_job: cost.wal_bytes.map(|b| b as f64 / n),
-            faults: None, // the run's own, below
+            planned: input.plan.len(),
         };
         let faults = setup.lease_us.map(|us| FaultFigures {
             lease_ms: us as f64 / 1e3,
-            by_class: by_class(input.scenario, &jobs, &redelivered, &ran_twice),
             ..leases
         });
         let mut stats = stats_from_records(input.pool, &jobs, &found_idle, end);
@@ -377,7 +371,7 @@ impl<W: Wire> Coordinator<W> {
         Ok(RunRecord {
             jobs,
             stats,
-            queue: Some(queue),
+            server: Some(server),
             late: None,
             redelivered,
             ran_twice,

@@ -37,7 +37,7 @@ use std::sync::atomic::AtomicBool;
 use crate::engine::clock::{Drivers, RealClock, Timer, VirtualClock, runtime};
 use crate::engine::lateness::Lateness;
 use crate::engine::{self, JobRecord, Pool, RunStats};
-use crate::results::{BackendFacts, ClassFaults, FaultFigures, QueueFigures};
+use crate::results::{BackendFacts, FaultFigures};
 use crate::scenario::{Scenario, Strategy};
 use crate::sched::AnyScheduler;
 
@@ -129,16 +129,15 @@ impl ServerPlan {
     }
 }
 
-/// What one run is given: the scenario and strategy, the pool, the seeded
-/// arrival plan, and the in-process scheduler for it (the reference; a
-/// server-side backend keeps its own).
+/// What one run is given: the scenario and strategy, the pool and the
+/// seeded arrival plan (a backend that runs the discipline in this process
+/// builds its [`scheduler`]; a server keeps its own).
 pub struct RunInput<'a> {
     pub scenario: &'a Scenario,
     pub strategy: &'a Strategy,
     pub pool: &'a Pool,
     pub plan: Vec<JobRecord>,
     pub seed: u64,
-    pub sched: AnyScheduler,
 }
 
 /// What one run leaves: every attempt's record and what was measured beside
@@ -146,7 +145,8 @@ pub struct RunInput<'a> {
 pub struct RunRecord {
     pub jobs: Vec<JobRecord>,
     pub stats: RunStats,
-    pub queue: Option<QueueFigures>,
+    /// On a queue server: what was measured beside the records.
+    pub server: Option<ServerMeasures>,
     /// In this process on real timers: the late jobs and arrivals by cause
     /// (on a queue the worker processes time the jobs: not attributed).
     pub late: Option<Lateness>,
@@ -159,6 +159,20 @@ pub struct RunRecord {
     /// With leases: what the faults did (on a server, from its stamps; in
     /// this process, simulated).
     pub faults: Option<FaultFigures>,
+}
+
+/// What a run on a queue server measured beside its records: the workers'
+/// take round trips and their timers' lateness after each hold, the
+/// coordinator's submit round trips (histograms in nanoseconds), the
+/// server's cost over the run, and the worker processes' CPU.
+pub struct ServerMeasures {
+    pub take_rtt: hdrhistogram::Histogram<u64>,
+    pub hold_late: hdrhistogram::Histogram<u64>,
+    pub submit_rtt: hdrhistogram::Histogram<u64>,
+    pub cost: wire::ServerCost,
+    pub workers_cpu_s: Option<f64>,
+    /// The run's planned jobs (the costs are given per planned job).
+    pub planned: usize,
 }
 
 /// Why a run has no record.
@@ -214,12 +228,12 @@ impl Backend for InProcess {
     fn run(&mut self, input: RunInput<'_>, stop: &AtomicBool) -> Result<RunRecord, RunError> {
         let RunInput {
             scenario,
+            strategy,
             pool,
             plan,
             seed,
-            mut sched,
-            ..
         } = input;
+        let mut sched = scheduler(scenario, strategy, &plan);
         let (jobs, stats, late) = match self {
             InProcess::Virtual => {
                 let mut clock = VirtualClock::new();
@@ -239,13 +253,13 @@ impl Backend for InProcess {
             }
         };
         let (redelivered, ran_twice, faults) = match &stats.faults {
-            Some(tally) => simulated_faults(scenario, &jobs, tally),
+            Some(tally) => simulated_faults(&jobs, tally),
             None => (Vec::new(), Vec::new(), None),
         };
         Ok(RunRecord {
             jobs,
             stats,
-            queue: None,
+            server: None,
             late,
             redelivered,
             ran_twice,
@@ -254,37 +268,26 @@ impl Backend for InProcess {
     }
 }
 
-/// Each class's share of the jobs `redelivered` and `ran_twice` (indices
-/// into `jobs`, once for each time), by class name; classes with none left
-/// out.
-pub fn by_class(
-    scenario: &crate::scenario::Scenario,
-    jobs: &[JobRecord],
-    redelivered: &[u32],
-    ran_twice: &[u32],
-) -> std::collections::BTreeMap<String, ClassFaults> {
+/// The strategy's scheduler for the scenario's tenants (their weights) and
+/// this run's jobs (their costs, by id).
+pub fn scheduler(scenario: &Scenario, strategy: &Strategy, plan: &[JobRecord]) -> AnyScheduler {
     let population = scenario.population();
-    let mut out = std::collections::BTreeMap::<String, ClassFaults>::new();
-    let mut count = |i: u32, f: fn(&mut ClassFaults)| {
-        let class = population.class_of[jobs[i as usize].tenant as usize] as usize;
-        f(out
-            .entry(population.classes[class].name.clone())
-            .or_default());
-    };
-    for &i in redelivered {
-        count(i, |c| c.redelivered += 1);
+    let weights = population.queue_weights(strategy);
+    let mut sched = AnyScheduler::new(strategy, weights, || {
+        plan.iter()
+            .map(|j| strategy.job_cost(j.duration, j.tokens_in, j.tokens_out))
+            .collect()
+    });
+    if population.turns_keys(strategy) {
+        sched.turn_keys(plan.iter().map(|j| j.key).collect());
     }
-    for &i in ran_twice {
-        count(i, |c| c.ran_twice += 1);
-    }
-    out
+    sched
 }
 
 /// What simulated faults did, as a server's stamps would say it: the jobs
 /// redelivered, those run twice (a finish refused, and the job finished
 /// again), and the figures.
 fn simulated_faults(
-    scenario: &Scenario,
     jobs: &[JobRecord],
     tally: &engine::faults::FaultTally,
 ) -> (Vec<u32>, Vec<u32>, Option<FaultFigures>) {
@@ -311,8 +314,8 @@ fn simulated_faults(
         dropped_connections: tally.dropped,
         lost: 0,
         restart_ms: tally.restart_ns as f64 / 1e6,
-        by_class: by_class(scenario, jobs, &tally.redelivered, &ran_twice),
-        recovery: Vec::new(), // measured by the lab from the records
+        by_class: Default::default(), // the lab's, from the records
+        recovery: Vec::new(),         // likewise
     };
     (tally.redelivered.clone(), ran_twice, Some(figures))
 }

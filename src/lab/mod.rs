@@ -4,11 +4,12 @@
 //!   `run_once` on the virtual clock or, inside a [`RealContext`], on the
 //!   real one. The context gathers what only a real-clock lab records (the
 //!   calibration before it, its start time, wall time and peak memory).
-//! - [`summary`] turns a run's job records into its figures, and a
-//!   strategy's runs into their median, min and max.
+//! - [`summary`] turns a run's record into its figures, every one of them;
+//!   [`combine`] a strategy's runs into their median, min and max.
 //! - [`recovery`] measures the neighbours' waits across each fault.
 //! - [`warnings`] decides, once, what a person should be told about the figures.
 
+pub mod combine;
 pub mod delivery;
 pub mod fairness;
 pub mod limits;
@@ -24,16 +25,15 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::backend::{
-    Backend, InProcess, QueueBackend, RunError, RunInput, ServerKind, Target, block_on_ready,
+    Backend, InProcess, QueueBackend, RunError, RunInput, RunRecord, ServerKind, Target,
 };
 use crate::calibrate::{self, CalibratePlan};
 use crate::engine::faults::FaultPlan;
-use crate::engine::{self, JobRecord, Nanos, Pool, RunStats, Timer, VirtualClock, load};
+use crate::engine::{JobRecord, Nanos, Pool, Timer, load};
 use crate::machine::Machine;
 use crate::output::progress::Progress;
 use crate::results::{ClockKind, LabResults, RealFacts, RunResult, SCHEMA_VERSION};
 use crate::scenario::{FaultKind, Scenario, Strategy};
-use crate::sched::AnyScheduler;
 
 /// Occupancy is sampled every 50 ms of lab time for the plots.
 pub const SAMPLE_NS: u64 = 50_000_000;
@@ -99,56 +99,73 @@ pub fn fault_plan(scenario: &Scenario, restart_ns: Nanos) -> Option<Arc<FaultPla
     }))
 }
 
-/// Run one strategy once on the virtual clock. Deterministic for a seed.
-pub fn run_virtual(
-    scenario: &Scenario,
-    strategy: &Strategy,
+/// One run on the model: the in-process backend on the virtual clock,
+/// deterministic for a seed. The one way into the model for one run:
+/// `validate` replays real runs with it, the progress bar sizes a real run
+/// by it, the benches and the tests measure it (a whole lab on the model is
+/// [`virtual_lab`], through the same backend).
+pub struct Model<'a> {
+    scenario: &'a Scenario,
+    strategy: &'a Strategy,
     seed: u64,
-) -> (Vec<JobRecord>, RunStats) {
-    run_virtual_on(scenario, &pool_for(scenario, strategy), strategy, seed)
+    pool: Option<Pool>,
+    plan: Option<Vec<JobRecord>>,
 }
 
-/// The same on a given pool (for instance one that models a machine's
-/// measured overshoot).
-pub fn run_virtual_on(
-    scenario: &Scenario,
-    pool: &Pool,
-    strategy: &Strategy,
-    seed: u64,
-) -> (Vec<JobRecord>, RunStats) {
-    run_virtual_plan(scenario, pool, strategy, load::plan(scenario, seed), seed)
-}
-
-/// The same with a given arrival plan (for instance one whose durations
-/// carry a machine's sampled overshoot); `seed` draws the clients' jitter.
-pub fn run_virtual_plan(
-    scenario: &Scenario,
-    pool: &Pool,
-    strategy: &Strategy,
-    plan: Vec<JobRecord>,
-    seed: u64,
-) -> (Vec<JobRecord>, RunStats) {
-    let mut sched = scheduler(scenario, strategy, &plan);
-    let never = AtomicBool::new(false);
-    let mut clock = VirtualClock::new();
-    let fut = engine::run(&mut clock, pool, &mut sched, plan, seed, &never);
-    block_on_ready(fut).expect("a virtual run is never interrupted")
-}
-
-/// The strategy's scheduler for the scenario's tenants (their weights) and
-/// this run's jobs (their costs, by id).
-pub fn scheduler(scenario: &Scenario, strategy: &Strategy, plan: &[JobRecord]) -> AnyScheduler {
-    let population = scenario.population();
-    let weights = population.queue_weights(strategy);
-    let mut sched = AnyScheduler::new(strategy, weights, || {
-        plan.iter()
-            .map(|j| strategy.job_cost(j.duration, j.tokens_in, j.tokens_out))
-            .collect()
-    });
-    if population.turns_keys(strategy) {
-        sched.turn_keys(plan.iter().map(|j| j.key).collect());
+impl<'a> Model<'a> {
+    /// The strategy's run with `seed`: its planned arrivals, on its pool.
+    pub fn new(scenario: &'a Scenario, strategy: &'a Strategy, seed: u64) -> Model<'a> {
+        Model {
+            scenario,
+            strategy,
+            seed,
+            pool: None,
+            plan: None,
+        }
     }
-    sched
+
+    /// On a given pool (for instance one that models a machine's measured
+    /// overshoot).
+    pub fn on(self, pool: Pool) -> Model<'a> {
+        Model {
+            pool: Some(pool),
+            ..self
+        }
+    }
+
+    /// With a given arrival plan (for instance one whose durations carry a
+    /// machine's sampled overshoot); the seed still draws the clients'
+    /// jitter.
+    pub fn with_plan(self, plan: Vec<JobRecord>) -> Model<'a> {
+        Model {
+            plan: Some(plan),
+            ..self
+        }
+    }
+
+    /// The run's record.
+    pub fn run(self) -> RunRecord {
+        let Model {
+            scenario,
+            strategy,
+            seed,
+            pool,
+            plan,
+        } = self;
+        let pool = pool.unwrap_or_else(|| pool_for(scenario, strategy));
+        let plan = plan.unwrap_or_else(|| load::plan(scenario, seed));
+        let input = RunInput {
+            scenario,
+            strategy,
+            pool: &pool,
+            plan,
+            seed,
+        };
+        match InProcess::Virtual.run(input, &AtomicBool::new(false)) {
+            Ok(record) => record,
+            Err(e) => unreachable!("a virtual run is never interrupted and never fails: {e}"),
+        }
+    }
 }
 
 /// What a real-clock lab measures around its runs, and the runtime they use.
@@ -243,7 +260,7 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
             }
         }
         if !runs.is_empty() {
-            strategies.push(summary::strategy(strategy, runs));
+            strategies.push(combine::strategy(strategy, runs));
         }
         if interrupted {
             break 'strategies;
@@ -392,7 +409,7 @@ fn run_once(
     let pool = pool_for(scenario, strategy);
     let bar = real.then(|| {
         // The virtual clock predicts the run's length for the progress bar.
-        let expected_s = run_virtual(scenario, strategy, seed).1.end as f64 / 1e9;
+        let expected_s = Model::new(scenario, strategy, seed).run().stats.end as f64 / 1e9;
         progress.run_bar(
             &strategy.name,
             at.run + 1,
@@ -407,7 +424,6 @@ fn run_once(
         scenario,
         strategy,
         pool: &pool,
-        sched: scheduler(scenario, strategy, &arrivals),
         plan: arrivals,
         seed,
     };
@@ -416,23 +432,14 @@ fn run_once(
         bar.finish();
     }
     let record = record?;
-    let mut run = summary::run(
+    Ok(summary::run(
         scenario,
         strategy,
         &pool,
         seed,
-        &record.jobs,
-        &record.stats,
+        &record,
         plan.keep_raw,
-    );
-    run.figures.queue = record.queue;
-    run.figures.faults = record.faults.map(|mut f| {
-        let population = scenario.population();
-        f.recovery = recovery::across_faults(scenario, &population, &record.jobs);
-        f
-    });
-    run.late = record.late;
-    Ok(run)
+    ))
 }
 
 /// A whole lab on the virtual clock, without histograms: deterministic for

@@ -104,7 +104,7 @@ fn invariants_hold_for_every_strategy_and_seed() {
     let scenario = article();
     for strategy in &scenario.strategy {
         for seed in 1..=3 {
-            let (jobs, _) = lab::run_virtual(&scenario, strategy, seed);
+            let jobs = lab::Model::new(&scenario, strategy, seed).run().jobs;
             check_invariants(&scenario, strategy, &jobs);
         }
     }
@@ -153,7 +153,9 @@ fn medians_and_spread_come_from_the_runs() {
 #[test]
 fn the_virtual_clock_keeps_sub_millisecond_instants() {
     let scenario = article();
-    let (jobs, _) = lab::run_virtual(&scenario, &scenario.strategy[3], 1);
+    let jobs = lab::Model::new(&scenario, &scenario.strategy[3], 1)
+        .run()
+        .jobs;
     assert!(
         jobs.iter().all(|j| j.enqueued == j.planned),
         "no arrival moved"

@@ -57,7 +57,10 @@ fn figures_from_the_records_alone_equal_the_engines_own() {
             if pool.traffic.is_some() {
                 continue; // clients and limits: the engine's alone
             }
-            let (jobs, stats) = lab::run_virtual(&s, def, s.seed);
+            let (jobs, stats) = {
+                let record = lab::Model::new(&s, def, s.seed).run();
+                (record.jobs, record.stats)
+            };
             // On the virtual clock a job found a worker idle exactly when it
             // started at its enqueue instant.
             let idle: Vec<bool> = jobs.iter().map(|j| j.started == j.enqueued).collect();
@@ -881,7 +884,7 @@ fn lending_follows_the_model(plan: ServerPlan) {
     for def in &s.strategy {
         let (record, tally) = checked_run(backend.as_mut(), &s, def);
         assert_eq!(tally.rejected, 0, "{}", def.name);
-        let (model, _) = lab::run_virtual(&s, def, s.seed);
+        let model = lab::Model::new(&s, def, s.seed).run().jobs;
         let by_key = s.population().by_key(def);
         let (here, there) = (
             lent_starts(&record.jobs, 1, by_key),
@@ -957,8 +960,13 @@ fn lab_loses_nothing(backend: &mut dyn Backend, two_level: bool) {
                 def.name
             );
         }
-        let q = record.queue.expect("a queue block");
-        assert!(q.take_rtt_us.p50 > 0.0 && q.calls_per_job >= 1.0, "{q:?}");
+        let q = record.server.expect("the server's measures");
+        assert!(
+            q.take_rtt.value_at_quantile(0.5) > 0 && q.cost.calls >= q.planned as u64,
+            "{} calls for {} jobs",
+            q.cost.calls,
+            q.planned
+        );
     }
 }
 
@@ -1140,7 +1148,6 @@ fn run_one(backend: &mut dyn Backend, s: &Scenario, def: &Def) -> Result<RunReco
         scenario: s,
         strategy: def,
         pool: &pool,
-        sched: lab::scheduler(s, def, &plan),
         plan,
         seed: s.seed,
     };
@@ -1154,7 +1161,7 @@ fn checked_run(backend: &mut dyn Backend, s: &Scenario, def: &Def) -> (RunRecord
     let record = run_one(backend, s, def).unwrap();
     check_stamps(s, def, &record.jobs, &record.redelivered);
     let pool = lab::pool_for(s, def);
-    let run = lab::summary::run(s, def, &pool, s.seed, &record.jobs, &record.stats, false);
+    let run = lab::summary::run(s, def, &pool, s.seed, &record, false);
     let tally = common::check_outcomes(s, def, &record.jobs, &run.figures);
     let planned = noisylab::engine::load::plan(s, s.seed).len() as u64;
     assert_eq!(tally.unique_jobs, planned, "{}", def.name);

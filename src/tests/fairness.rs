@@ -15,7 +15,7 @@ fn tiers() -> Scenario {
 /// waiting (each asks five times the pool).
 fn started_per_tier(s: &Scenario, name: &str) -> [f64; 4] {
     let def = s.strategy.iter().find(|d| d.name == name).unwrap();
-    let (jobs, _) = lab::run_virtual(s, def, s.seed);
+    let jobs = lab::Model::new(s, def, s.seed).run().jobs;
     let traffic_ns = (s.traffic_s * 1e9) as u64;
     let mut out = [0.0; 4];
     for j in jobs
@@ -82,7 +82,7 @@ fn vtc_by_tokens_equalises_the_service_that_round_robin_leaves_unequal() {
     // Jobs and token cost each tenant started while both had work waiting.
     let served = |name: &str| {
         let def = s.strategy.iter().find(|d| d.name == name).unwrap();
-        let (jobs, _) = lab::run_virtual(&s, def, s.seed);
+        let jobs = lab::Model::new(&s, def, s.seed).run().jobs;
         let mut n = [0.0f64; 2];
         let mut cost = [0.0f64; 2];
         for j in jobs.iter().filter(|j| j.started < traffic_ns) {
@@ -126,8 +126,8 @@ fn vtc_by_jobs_ends_the_burst_with_the_fair_queue_and_starts_most_jobs_alike() {
     vtc.queue = noisylab::scenario::Queue::Vtc;
     vtc.name = "vtc".into();
     s.strategy = vec![fair.clone(), vtc.clone()];
-    let (a, _) = lab::run_virtual(&s, &fair, 1);
-    let (b, _) = lab::run_virtual(&s, &vtc, 1);
+    let a = lab::Model::new(&s, &fair, 1).run().jobs;
+    let b = lab::Model::new(&s, &vtc, 1).run().jobs;
     // Both serve the burst in the same rounds: the noisy tenant is done at
     // the same instant. They part where two normal tenants wait at once and
     // tie at the noisy tenant's counter: fair takes them in the order they
@@ -155,7 +155,7 @@ fn a_lending_cap_leaves_no_more_than_its_reserve_idle_while_work_waits() {
     // (from the records, after all that happens at that instant).
     let idle_while_waiting = |name: &str| -> Vec<u32> {
         let def = s.strategy.iter().find(|d| d.name == name).unwrap();
-        let (jobs, _) = lab::run_virtual(&s, def, s.seed);
+        let jobs = lab::Model::new(&s, def, s.seed).run().jobs;
         let mut events: Vec<(u64, i32, i32)> = Vec::new(); // (at, busy, queued)
         for j in &jobs {
             events.push((j.enqueued, 0, 1));
@@ -232,7 +232,7 @@ fn a_tenant_split_over_keys_is_held_to_one_share_only_when_counted_by_tenant() {
     // With one key, counting by key or by tenant is the same run.
     let mut one = s;
     one.burst[0].keys = None;
-    let (a, _) = lab::run_virtual(&one, &one.strategy[0], one.seed);
-    let (b, _) = lab::run_virtual(&one, &one.strategy[3], one.seed);
+    let a = lab::Model::new(&one, &one.strategy[0], one.seed).run().jobs;
+    let b = lab::Model::new(&one, &one.strategy[3], one.seed).run().jobs;
     assert_eq!(a, b);
 }

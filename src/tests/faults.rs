@@ -33,7 +33,10 @@ fn last_finish(jobs: &[JobRecord]) -> Nanos {
 #[test]
 fn a_killed_process_s_jobs_start_again_when_their_lease_runs_out() {
     let s = burst_with("at_s = 0.05\nkind = \"kill_worker\"\nduration_s = 1.0\ntarget = 1");
-    let (jobs, stats) = lab::run_virtual(&s, &s.strategy[0], 1);
+    let (jobs, stats) = {
+        let record = lab::Model::new(&s, &s.strategy[0], 1).run();
+        (record.jobs, record.stats)
+    };
     let tally = stats.faults.expect("faults simulated");
     // Jobs 0 and 1 were on the killed workers: back at 0.3 s, when their
     // leases ran out; the other two workers had taken jobs 8 and 9 at that
@@ -53,7 +56,10 @@ fn a_killed_process_s_jobs_start_again_when_their_lease_runs_out() {
 #[test]
 fn a_pause_past_the_lease_runs_the_job_twice_and_refuses_the_late_finish() {
     let s = burst_with("at_s = 0.05\nkind = \"pause_worker\"\nduration_s = 1.0\ntarget = 1");
-    let (jobs, stats) = lab::run_virtual(&s, &s.strategy[0], 1);
+    let (jobs, stats) = {
+        let record = lab::Model::new(&s, &s.strategy[0], 1).run();
+        (record.jobs, record.stats)
+    };
     let tally = stats.faults.expect("faults simulated");
     // The same timeline as a kill, but the stopped workers wake at 1.05 s,
     // report jobs 0 and 1 (refused: their leases ran out at 0.3 s) and take
@@ -67,7 +73,10 @@ fn a_pause_past_the_lease_runs_the_job_twice_and_refuses_the_late_finish() {
 #[test]
 fn a_pause_inside_the_lease_only_delays_the_finish() {
     let s = burst_with("at_s = 0.05\nkind = \"pause_worker\"\nduration_s = 0.2\ntarget = 1");
-    let (jobs, stats) = lab::run_virtual(&s, &s.strategy[0], 1);
+    let (jobs, stats) = {
+        let record = lab::Model::new(&s, &s.strategy[0], 1).run();
+        (record.jobs, record.stats)
+    };
     let tally = stats.faults.expect("faults simulated");
     assert!(tally.redelivered.is_empty() && tally.refused.is_empty());
     // Reported at 0.25 s, inside the 0.3 s lease.
@@ -78,7 +87,10 @@ fn a_pause_inside_the_lease_only_delays_the_finish() {
 #[test]
 fn a_restart_holds_every_report_until_the_workers_connect_again() {
     let s = burst_with("at_s = 0.05\nkind = \"restart_server\"\nduration_s = 0.1");
-    let (jobs, stats) = lab::run_virtual(&s, &s.strategy[0], 1);
+    let (jobs, stats) = {
+        let record = lab::Model::new(&s, &s.strategy[0], 1).run();
+        (record.jobs, record.stats)
+    };
     let tally = stats.faults.expect("faults simulated");
     // The first round's reports fail at 0.1 s; the server is back at
     // 0.15 s; the workers try at 1, 3, 7, 15, 31 and 63 ms after 0.1 s:
@@ -92,7 +104,10 @@ fn a_restart_holds_every_report_until_the_workers_connect_again() {
 #[test]
 fn dropped_connections_cost_each_worker_one_backoff_step() {
     let s = burst_with("at_s = 0.05\nkind = \"drop_connections\"");
-    let (jobs, stats) = lab::run_virtual(&s, &s.strategy[0], 1);
+    let (jobs, stats) = {
+        let record = lab::Model::new(&s, &s.strategy[0], 1).run();
+        (record.jobs, record.stats)
+    };
     assert_eq!(jobs[0].finished, 101 * MS);
     assert_eq!(last_finish(&jobs), 1_001 * MS);
     assert_eq!(stats.faults.expect("faults simulated").dropped, 4);
@@ -102,7 +117,10 @@ fn dropped_connections_cost_each_worker_one_backoff_step() {
 fn a_slow_link_slows_its_process_s_rounds_by_the_delay() {
     let s =
         burst_with("at_s = 0.05\nkind = \"slow_link\"\nduration_s = 10\ndelay_ms = 20\ntarget = 1");
-    let (jobs, stats) = lab::run_virtual(&s, &s.strategy[0], 1);
+    let (jobs, stats) = {
+        let record = lab::Model::new(&s, &s.strategy[0], 1).run();
+        (record.jobs, record.stats)
+    };
     let tally = stats.faults.expect("faults simulated");
     assert_eq!(tally.injected, 1);
     assert!(tally.redelivered.is_empty() && tally.refused.is_empty());
@@ -137,7 +155,10 @@ fn a_slow_link_slows_its_process_s_rounds_by_the_delay() {
 fn a_scenario_without_faults_simulates_none() {
     let mut s = burst_with("at_s = 0.05\nkind = \"drop_connections\"");
     s.fault.clear();
-    let (jobs, stats) = lab::run_virtual(&s, &s.strategy[0], 1);
+    let (jobs, stats) = {
+        let record = lab::Model::new(&s, &s.strategy[0], 1).run();
+        (record.jobs, record.stats)
+    };
     assert!(stats.faults.is_none());
     assert_eq!(last_finish(&jobs), 1_000 * MS);
 }
@@ -225,7 +246,10 @@ proptest! {
     #[test]
     fn random_faults_lose_nothing_keep_each_tenant_s_order_and_hold_the_caps(s in faulty_lab()) {
         let strategy = &s.strategy[0];
-        let (jobs, stats) = lab::run_virtual(&s, strategy, 7);
+        let (jobs, stats) = {
+            let record = lab::Model::new(&s, strategy, 7).run();
+            (record.jobs, record.stats)
+        };
         let tally = stats.faults.expect("faults simulated");
         // Nothing lost: every job ran to a finish, once (its record keeps
         // the start that finished it).
@@ -269,7 +293,7 @@ proptest! {
             }
         }
         // Deterministic: the same seed, the same run.
-        let (again, _) = lab::run_virtual(&s, strategy, 7);
+        let again = lab::Model::new(&s, strategy, 7).run().jobs;
         prop_assert_eq!(again, jobs);
     }
 }

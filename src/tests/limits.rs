@@ -65,7 +65,11 @@ fn a_token_bucket_facing_saturating_demand_admits_burst_plus_rate_times_t() {
     let s = one_tenant("");
     let def = &s.strategy[0];
     let pool = lab::pool_for(&s, def);
-    let (jobs, _) = lab::run_virtual_plan(&s, &pool, def, every_ms(0), 1);
+    let jobs = lab::Model::new(&s, def, 1)
+        .on(pool)
+        .with_plan(every_ms(0))
+        .run()
+        .jobs;
     let admitted: Vec<Nanos> = jobs
         .iter()
         .filter(|j| j.fate == Fate::Ran)
@@ -120,7 +124,7 @@ fn busiest(
 fn the_provider_never_admits_more_than_its_limits_allow_in_any_window() {
     let s = load("provider");
     let def = strategy(&s, "Shared FIFO");
-    let (jobs, _) = lab::run_virtual(&s, def, s.seed);
+    let jobs = lab::Model::new(&s, def, s.seed).run().jobs;
     assert!(
         common::refused_at(&jobs, Refusal::Provider) > 1_000,
         "the import saturates the provider"
@@ -155,7 +159,9 @@ fn the_provider_never_admits_more_than_its_limits_allow_in_any_window() {
         );
     let windowed_s = Scenario::parse(Path::new("lab/provider.toml"), &text).unwrap();
     let def = strategy(&windowed_s, "Shared FIFO");
-    let (jobs, _) = lab::run_virtual(&windowed_s, def, windowed_s.seed);
+    let jobs = lab::Model::new(&windowed_s, def, windowed_s.seed)
+        .run()
+        .jobs;
     assert!(common::refused_at(&jobs, Refusal::Provider) > 1_000);
     let calls = passed(&jobs);
     let ten_s: Nanos = 10_000_000_000;
@@ -275,7 +281,11 @@ impl Seen {
             }
         }
         let strategy = &s.strategy[0];
-        let (classes, _) = common::tally(s, strategy, &lab::run_virtual(s, strategy, s.seed).0);
+        let (classes, _) = common::tally(
+            s,
+            strategy,
+            &lab::Model::new(s, strategy, s.seed).run().jobs,
+        );
         let clients = lab::limits::class_clients(s, strategy);
         for ((_, t), c) in classes.iter().zip(clients) {
             if t.completed == t.unique_jobs && t.attempts == t.unique_jobs {
@@ -383,7 +393,7 @@ fn an_honoured_retry_after_is_never_cut_short() {
         .replace("limit = 100", "limit = 50\nretry_after = { fixed_s = 1 }");
     let s = Scenario::parse(Path::new("x.toml"), &text).unwrap();
     let def = strategy(&s, "Fair queue, queue limit 100");
-    let (jobs, _) = lab::run_virtual(&s, def, s.seed);
+    let jobs = lab::Model::new(&s, def, s.seed).run().jobs;
     assert!(common::refused_at(&jobs, Refusal::Limit) > 1_000);
     // Each retry's previous attempt: the latest of the same job before it.
     let mut prev: Vec<Option<usize>> = vec![None; jobs.len()];

@@ -414,12 +414,15 @@ proptest! {
     #[test]
     fn invariants_hold_on_random_scenarios(s in scenarios(), seed in any::<u32>()) {
         for strategy in &s.strategy {
-            let (jobs, stats) = lab::run_virtual(&s, strategy, u64::from(seed));
+            let (jobs, stats) = {
+            let record = lab::Model::new(&s, strategy, u64::from(seed)).run();
+            (record.jobs, record.stats)
+        };
             common::check_invariants(&s, strategy, &jobs);
             if strategy.cap.is_none() {
                 prop_assert_eq!(stats.idle_worker_ns_while_waiting, 0, "{} is work-conserving", strategy.name);
             }
-            let (again, _) = lab::run_virtual(&s, strategy, u64::from(seed));
+            let again = lab::Model::new(&s, strategy, u64::from(seed)).run().jobs;
             prop_assert_eq!(jobs, again, "same seed, same run");
         }
     }

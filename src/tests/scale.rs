@@ -20,7 +20,7 @@ fn the_scale_scenario_at_a_tenth_keeps_every_invariant() {
     }
     let strategies = s.strategy.clone();
     for strategy in &strategies {
-        let (jobs, _) = lab::run_virtual(&s, strategy, s.seed);
+        let jobs = lab::Model::new(&s, strategy, s.seed).run().jobs;
         common::check_invariants(&s, strategy, &jobs);
         let burst_done = jobs
             .iter()

@@ -170,7 +170,7 @@ fn a_hand_written_trace_gives_the_hand_computed_waits() {
     let s = parse_in_dir(&[("scenario.toml", scenario), ("t.csv", trace)]).unwrap();
     let waits_ms = |name: &str| -> Vec<f64> {
         let strategy = s.strategy.iter().find(|x| x.name == name).unwrap();
-        let (jobs, _) = lab::run_virtual(&s, strategy, 1);
+        let jobs = lab::Model::new(&s, strategy, 1).run().jobs;
         common::check_invariants(&s, strategy, &jobs);
         jobs.iter()
             .map(|j| ((j.started - j.enqueued) as f64 / 1e6 * 1e3).round() / 1e3)
@@ -327,14 +327,15 @@ proptest! {
     fn class_invariants_hold_on_random_workloads(s in workloads(), seed in any::<u32>()) {
         for strategy in &s.strategy {
             let seed = u64::from(seed);
-            let (jobs, stats) = lab::run_virtual(&s, strategy, seed);
-            common::check_invariants(&s, strategy, &jobs);
+            let record = lab::Model::new(&s, strategy, seed).run();
+            let jobs = &record.jobs;
+            common::check_invariants(&s, strategy, jobs);
             let pool = lab::pool_for(&s, strategy);
-            let run = lab::summary::run(&s, strategy, &pool, seed, &jobs, &stats, false);
-            common::check_classes(&s, &jobs, &run.figures);
-            common::check_outcomes(&s, strategy, &jobs, &run.figures);
-            let (again, _) = lab::run_virtual(&s, strategy, seed);
-            prop_assert_eq!(&jobs, &again, "same seed, same run");
+            let run = lab::summary::run(&s, strategy, &pool, seed, &record, false);
+            common::check_classes(&s, jobs, &run.figures);
+            common::check_outcomes(&s, strategy, jobs, &run.figures);
+            let again = lab::Model::new(&s, strategy, seed).run().jobs;
+            prop_assert_eq!(jobs, &again, "same seed, same run");
             prop_assert!(jobs.iter().all(|j| j.started == NEVER || j.finished == j.started + j.duration));
         }
     }

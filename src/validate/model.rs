@@ -371,8 +371,11 @@ fn predict_sampled(
         job.duration += cdf[i.min(cdf.len() - 1)].0;
     }
     let pool = model_pool(scenario, def, run);
-    let (jobs, stats) = lab::run_virtual_plan(scenario, &pool, def, plan, run.seed);
-    summary::run(scenario, def, &pool, run.seed, &jobs, &stats, false).figures
+    let record = lab::Model::new(scenario, def, run.seed)
+        .on(pool.clone())
+        .with_plan(plan)
+        .run();
+    summary::run(scenario, def, &pool, run.seed, &record, false).figures
 }
 
 /// The model's figures for one real run: its seed, each job held its
@@ -380,8 +383,10 @@ fn predict_sampled(
 pub fn predict(scenario: &Scenario, def: &Strategy, run: &RunResult, overshoot_ns: u64) -> Figures {
     let mut pool = model_pool(scenario, def, run);
     pool.model_overshoot_ns = overshoot_ns;
-    let (jobs, stats) = lab::run_virtual_on(scenario, &pool, def, run.seed);
-    summary::run(scenario, def, &pool, run.seed, &jobs, &stats, false).figures
+    let record = lab::Model::new(scenario, def, run.seed)
+        .on(pool.clone())
+        .run();
+    summary::run(scenario, def, &pool, run.seed, &record, false).figures
 }
 
 /// The model's pool for one real run; with faults, simulated as the run

@@ -349,7 +349,7 @@ pub(super) fn slow_link_loses_nothing(plan: ServerPlan, delay_ms: u64, lease_s: 
     };
     for (def, _, jobs) in runs {
         let name = &def.name;
-        let (model, _) = noisylab::lab::run_virtual(&s, &def, s.seed);
+        let model = noisylab::lab::Model::new(&s, &def, s.seed).run().jobs;
         let (here, there) = (slowed(&jobs), slowed(&model));
         // The model's own arithmetic: held exactly 25 ms longer, inside
         // the window.

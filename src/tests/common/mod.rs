@@ -350,7 +350,7 @@ pub fn check_lab_outcomes(scenario: &Scenario) -> Vec<Tally> {
         for (k, run) in st.runs.iter().enumerate() {
             let seed = scenario.seed + k as u64;
             assert_eq!(run.seed, seed, "{}: run {k}'s seed", def.name);
-            let (jobs, _) = noisylab::lab::run_virtual(scenario, def, seed);
+            let jobs = noisylab::lab::Model::new(scenario, def, seed).run().jobs;
             out.push(check_outcomes(scenario, def, &jobs, &run.figures));
         }
     }
