@@ -23,11 +23,9 @@ use crate::engine::clock::sleep_until_blocking;
 use crate::engine::{Nanos, stats_from_records};
 use crate::results::{BackendFacts, FaultFigures};
 use crate::scenario::Queue;
-use crate::scenario::faults::default_lease_ns;
+use crate::scenario::faults::{default_lease_ns, processes_for, share};
 use crate::stats::{decode_histogram, new_histogram, record};
 
-/// Most workers one process runs by default.
-pub const WORKERS_PER_PROCESS: u32 = 5;
 /// How early the submitter's OS sleep ends, to spin to an arrival's instant.
 const SUBMIT_MARGIN: Duration = Duration::from_micros(500);
 /// How long workers started here may take to join (and to start or end a
@@ -35,12 +33,6 @@ const SUBMIT_MARGIN: Duration = Duration::from_micros(500);
 /// waited for.
 pub const JOIN_OWN: Duration = Duration::from_secs(15);
 const JOIN_ELSEWHERE: Duration = Duration::from_secs(120);
-
-/// Worker processes for a pool of `workers`: `processes`, or by default
-/// enough that none runs more than [`WORKERS_PER_PROCESS`], at least 2.
-pub fn processes_for(workers: u32, processes: Option<u32>) -> u32 {
-    processes.unwrap_or_else(|| workers.div_ceil(WORKERS_PER_PROCESS).max(2).min(workers))
-}
 
 /// The coordinator of a lab on a queue server, and the worker processes it
 /// started (stopped when dropped, before the server).
@@ -62,7 +54,7 @@ pub struct Coordinator<W: Wire> {
 
 impl<W: Wire> Coordinator<W> {
     /// Start `processes` worker processes (`None`: enough that none runs
-    /// more than [`WORKERS_PER_PROCESS`], at least 2; 0: workers join from
+    /// more than [`crate::scenario::faults::WORKERS_PER_PROCESS`], at least 2; 0: workers join from
     /// elsewhere) for a pool of `workers`, and wait until they have joined;
     /// the `slowed` processes connect through a relay of their own.
     pub fn start(
@@ -103,7 +95,7 @@ impl<W: Wire> Coordinator<W> {
 
     /// Worker process `k`'s share of the pool's workers.
     fn share(&self, k: u32) -> u32 {
-        self.workers / self.processes + u32::from(k < self.workers % self.processes)
+        share(self.workers, self.processes, k)
     }
 
     /// Start worker process `k`.
@@ -329,7 +321,7 @@ impl<W: Wire> Coordinator<W> {
         let workers_before = self.workers_cpu();
         let t0_us = self.wire.now_us().map_err(failed)?;
         let origin = Instant::now();
-        let mut faults = Injector::new(&input.scenario.fault, origin);
+        let mut faults = Injector::new(&input.scenario.fault, self.processes, origin);
         self.accepted = 0;
         self.restart_max = Duration::ZERO;
         let submitted = self.submit_all(&input, &mut clients, origin, &mut faults, stop)?;

@@ -8,7 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::scenario::{Fault, FaultKind};
+use crate::scenario::Fault;
+use crate::scenario::faults::{Step, timeline};
 
 /// What to do to worker process `k` (from 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +31,20 @@ pub enum Action {
     Slow(u32, Duration),
 }
 
+impl From<Step> for Action {
+    fn from(step: Step) -> Action {
+        match step {
+            Step::Kill(k) => Action::Kill(k),
+            Step::Respawn(k) => Action::Respawn(k),
+            Step::Stop(k, _) => Action::Stop(k),
+            Step::Cont(k) => Action::Cont(k),
+            Step::Drop => Action::Drop,
+            Step::Restart(down) => Action::Restart(Duration::from_nanos(down)),
+            Step::Slow(k, delay) => Action::Slow(k, Duration::from_nanos(delay)),
+        }
+    }
+}
+
 /// The actions of one run, in time order.
 #[derive(Debug, Default)]
 pub struct Injector {
@@ -47,30 +62,14 @@ pub struct Injector {
 }
 
 impl Injector {
-    /// The actions of `faults` for a run that started at `origin`.
-    pub fn new(faults: &[Fault], origin: Instant) -> Injector {
-        let at = |s: f64| origin + Duration::from_secs_f64(s);
-        let mut todo: Vec<(Instant, Action)> = Vec::new();
-        for f in faults {
-            let k = f.process();
-            let (begin, end) = match f.kind {
-                FaultKind::PauseWorker => (Action::Stop(k), Some(Action::Cont(k))),
-                FaultKind::DropConnections => (Action::Drop, None),
-                FaultKind::RestartServer => {
-                    (Action::Restart(Duration::from_secs_f64(f.duration())), None)
-                }
-                FaultKind::SlowLink => (
-                    Action::Slow(k, Duration::from_nanos(f.delay_ns())),
-                    Some(Action::Slow(k, Duration::ZERO)),
-                ),
-                _ => (Action::Kill(k), Some(Action::Respawn(k))),
-            };
-            todo.push((at(f.at_s), begin));
-            todo.extend(end.map(|end| (at(f.at_s + f.duration()), end)));
-        }
-        // A stable sort keeps a fault's end after its begin at one instant;
-        // reversed, the next action is the last.
-        todo.sort_by_key(|(t, _)| *t);
+    /// The actions of `faults` (the scenario's one timeline) on a pool of
+    /// `processes`, for a run that started at `origin`.
+    pub fn new(faults: &[Fault], processes: u32, origin: Instant) -> Injector {
+        let mut todo: Vec<(Instant, Action)> = timeline(faults, processes)
+            .into_iter()
+            .map(|(t, step)| (origin + Duration::from_nanos(t), Action::from(step)))
+            .collect();
+        // Reversed, the next action is the last.
         todo.reverse();
         Injector {
             todo,
@@ -142,6 +141,7 @@ impl Injector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::FaultKind;
 
     fn fault(at_s: f64, kind: FaultKind, duration_s: f64, target: u32) -> Fault {
         Fault {
@@ -160,7 +160,7 @@ mod tests {
             fault(1.0, FaultKind::KillWorker, 2.0, 1),
             fault(5.0, FaultKind::KillWorker, 1.0, 1),
         ];
-        let mut inj = Injector::new(&faults, t0);
+        let mut inj = Injector::new(&faults, 4, t0);
         assert_eq!(inj.due(t0 + Duration::from_secs(2)), Some(Action::Kill(0)));
         assert!(inj.is_dead(0));
         assert_eq!(inj.finish(), vec![Action::Respawn(0)]);
@@ -174,7 +174,7 @@ mod tests {
             fault(0.2, FaultKind::KillWorker, 0.0, 1),
             fault(5.0, FaultKind::KillWorker, 1.0, 1),
         ];
-        let mut inj = Injector::new(&faults, t0);
+        let mut inj = Injector::new(&faults, 4, t0);
         let s = |x: f64| t0 + Duration::from_secs_f64(x);
         assert_eq!(inj.next_at(), Some(s(0.2)));
         assert_eq!(inj.due(s(0.1)), None, "nothing before its instant");

@@ -91,7 +91,7 @@ pub struct ServerPlan {
     pub server: ServerKind,
     pub target: Target,
     /// Worker processes to start (`None`: enough that none runs more than
-    /// [`coordinator::WORKERS_PER_PROCESS`] workers, at least 2; 0: workers
+    /// [`crate::scenario::faults::WORKERS_PER_PROCESS`] workers, at least 2; 0: workers
     /// join from elsewhere).
     pub processes: Option<u32>,
     /// The `noisylab` binary the worker processes run (`None`: this one;

@@ -41,7 +41,9 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use super::Nanos;
 use super::load::secs_to_ns as secs;
-use crate::scenario::faults::default_lease_ns;
+// The scenario's fault timeline, acted out on the simulated pool.
+use crate::scenario::faults::Step as Act;
+use crate::scenario::faults::{default_lease_ns, share, timeline};
 use crate::scenario::{Fault, FaultKind};
 use crate::sched::JobId;
 
@@ -97,21 +99,6 @@ pub struct FaultTally {
     /// full count when it reports in time, those made before its lease
     /// was lost otherwise.
     pub renewed: u64,
-}
-
-/// A timed action on the pool or the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Act {
-    Kill(u32),
-    Respawn(u32),
-    /// Stop process k until the instant.
-    Stop(u32, Nanos),
-    Cont(u32),
-    Drop,
-    /// The server answers nobody for this long.
-    Restart(Nanos),
-    /// Process k's round trips take this much longer from now (0: well).
-    Slow(u32, Nanos),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,30 +187,10 @@ impl Faults {
             .lease_ns
             .unwrap_or_else(|| default_lease_ns(holds))
             .max(3);
-        let mut todo = Vec::new();
-        for f in &plan.faults {
-            let (at, until) = (secs(f.at_s), secs(f.at_s + f.duration()));
-            let k = f.process().min(processes - 1);
-            match f.kind {
-                FaultKind::KillWorker => {
-                    todo.extend([(at, Act::Kill(k)), (until, Act::Respawn(k))])
-                }
-                FaultKind::PauseWorker => {
-                    todo.extend([(at, Act::Stop(k, until)), (until, Act::Cont(k))])
-                }
-                FaultKind::DropConnections => todo.push((at, Act::Drop)),
-                FaultKind::RestartServer => todo.push((at, Act::Restart(until - at))),
-                FaultKind::SlowLink => {
-                    todo.extend([(at, Act::Slow(k, f.delay_ns())), (until, Act::Slow(k, 0))])
-                }
-            }
-        }
-        // Stable: a fault's end stays after its begin at one instant.
-        todo.sort_by_key(|(t, _)| *t);
+        let mut todo = timeline(&plan.faults, processes);
         todo.reverse();
-        let (base, extra) = (workers / processes, workers % processes);
         let workers: Vec<Worker> = (0..processes)
-            .flat_map(|k| (0..base + u32::from(k < extra)).map(move |_| k))
+            .flat_map(|k| (0..share(workers, processes, k)).map(move |_| k))
             .map(|process| Worker {
                 process,
                 epoch: 0,

@@ -92,7 +92,7 @@ pub fn fault_plan(scenario: &Scenario, restart_ns: Nanos) -> Option<Arc<FaultPla
         .and_then(|b| b.processes)
         .filter(|&p| p > 0);
     Some(Arc::new(FaultPlan {
-        processes: crate::backend::coordinator::processes_for(scenario.workers, processes),
+        processes: crate::scenario::faults::processes_for(scenario.workers, processes),
         lease_ns: scenario.lease_s.map(load::secs_to_ns),
         restart_ns,
         faults: scenario.fault.clone(),
@@ -318,7 +318,7 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
         if server.processes == Some(0) {
             anyhow::bail!("[[fault]] strikes worker processes the lab starts: drop --processes 0");
         }
-        let processes = crate::backend::coordinator::processes_for(s.workers, server.processes);
+        let processes = crate::scenario::faults::processes_for(s.workers, server.processes);
         for (i, f) in s.fault.iter().enumerate() {
             if f.kind == FaultKind::RestartServer {
                 if server.target != Target::Own {

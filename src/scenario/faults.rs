@@ -146,6 +146,71 @@ impl Fault {
     }
 }
 
+/// One step of a run's fault timeline, on worker process `k` (from 0) or
+/// on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// SIGKILL process k.
+    Kill(u32),
+    /// Start a replacement for process k.
+    Respawn(u32),
+    /// SIGSTOP process k, until the instant (nanoseconds from the run's
+    /// start) its `Cont` comes.
+    Stop(u32, u64),
+    /// SIGCONT process k.
+    Cont(u32),
+    /// The server drops every worker's connection.
+    Drop,
+    /// The server is down this long (nanoseconds), then back.
+    Restart(u64),
+    /// Process k's round trips take this much longer from now (nanoseconds;
+    /// 0: its link is well again).
+    Slow(u32, u64),
+}
+
+/// The run's faults as timed steps (nanoseconds from the run's start), in
+/// time order: a kill and its replacement, a stop and its continue, a slow
+/// link and its end, a drop, a restart. A fault's end stays after its
+/// begin at one instant. A target past the pool's `processes` strikes the
+/// last one. The one timeline of a scenario's faults: the model simulates
+/// it, the coordinator injects it.
+pub fn timeline(faults: &[Fault], processes: u32) -> Vec<(u64, Step)> {
+    let ns = |s: f64| (s * 1e9).round() as u64;
+    let mut steps = Vec::new();
+    for f in faults {
+        let (at, until) = (ns(f.at_s), ns(f.at_s + f.duration()));
+        let k = f.process().min(processes.max(1) - 1);
+        match f.kind {
+            FaultKind::KillWorker => steps.extend([(at, Step::Kill(k)), (until, Step::Respawn(k))]),
+            FaultKind::PauseWorker => {
+                steps.extend([(at, Step::Stop(k, until)), (until, Step::Cont(k))])
+            }
+            FaultKind::DropConnections => steps.push((at, Step::Drop)),
+            FaultKind::RestartServer => steps.push((at, Step::Restart(until - at))),
+            FaultKind::SlowLink => {
+                steps.extend([(at, Step::Slow(k, f.delay_ns())), (until, Step::Slow(k, 0))])
+            }
+        }
+    }
+    steps.sort_by_key(|(t, _)| *t);
+    steps
+}
+
+/// Most workers one process runs by default on a queue server.
+pub const WORKERS_PER_PROCESS: u32 = 5;
+
+/// Worker processes for a pool of `workers`: `processes`, or by default
+/// enough that none runs more than [`WORKERS_PER_PROCESS`], at least 2.
+pub fn processes_for(workers: u32, processes: Option<u32>) -> u32 {
+    processes.unwrap_or_else(|| workers.div_ceil(WORKERS_PER_PROCESS).max(2).min(workers))
+}
+
+/// Process k's share of `workers` split over `processes`: the first
+/// `workers % processes` run one more.
+pub fn share(workers: u32, processes: u32, k: u32) -> u32 {
+    workers / processes + u32::from(k < workers % processes)
+}
+
 /// A lease's length when the scenario gives none: three times the plan's
 /// 99th-percentile hold, and at least 50 ms.
 pub fn default_lease_ns(durations: impl Iterator<Item = u64>) -> u64 {
@@ -219,5 +284,47 @@ mod tests {
             .check()
             .unwrap_err();
         assert!(aimed.contains("leave out target"), "{aimed}");
+    }
+
+    #[test]
+    fn the_timeline_is_in_time_order_with_each_end_after_its_begin() {
+        let f = |at_s: f64, kind, duration_s: f64, target: u32| Fault {
+            at_s,
+            kind,
+            duration_s: Some(duration_s),
+            target: Some(target),
+            delay_ms: Some(50.0),
+        };
+        let faults = [
+            f(1.0, FaultKind::PauseWorker, 0.5, 2),
+            f(0.2, FaultKind::KillWorker, 0.0, 9),
+            f(3.0, FaultKind::RestartServer, 0.25, 1),
+            f(2.0, FaultKind::SlowLink, 1.0, 1),
+            f(2.0, FaultKind::DropConnections, 0.0, 1),
+        ];
+        let ms = 1_000_000;
+        assert_eq!(
+            timeline(&faults, 4),
+            [
+                // Target 9 of 4 processes strikes the last; the replacement
+                // shares the kill's instant and comes after it.
+                (200 * ms, Step::Kill(3)),
+                (200 * ms, Step::Respawn(3)),
+                (1_000 * ms, Step::Stop(1, 1_500 * ms)),
+                (1_500 * ms, Step::Cont(1)),
+                (2_000 * ms, Step::Slow(0, 50 * ms)),
+                (2_000 * ms, Step::Drop),
+                // At one instant, steps keep the order of their faults.
+                (3_000 * ms, Step::Restart(250 * ms)),
+                (3_000 * ms, Step::Slow(0, 0)),
+            ]
+        );
+        assert_eq!(
+            (share(20, 3, 0), share(20, 3, 1), share(20, 3, 2)),
+            (7, 7, 6)
+        );
+        assert_eq!(processes_for(20, None), 4);
+        assert_eq!(processes_for(3, None), 2);
+        assert_eq!(processes_for(20, Some(1)), 1);
     }
 }
