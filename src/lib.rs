@@ -21,7 +21,8 @@
 //! 1. `units`, `stats`, `fsio`, `machine`: leaves: number formatting,
 //!    percentiles, Jain's index and the histogram codec, reading a file,
 //!    the host's facts.
-//! 2. `scenario`: TOML scenarios, parsed and validated.
+//! 2. `scenario`: TOML scenarios, parsed and validated, and the backends a
+//!    lab can run on, each declared once by what it carries.
 //! 3. `sched`: the queue disciplines behind one trait.
 //! 4. `engine`: the arrival plan, the event loop, the two clocks.
 //! 5. `calibrate`, `output`: the timers' own error; progress bars and the

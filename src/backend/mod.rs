@@ -38,6 +38,7 @@ use crate::engine::clock::{Drivers, RealClock, Timer, VirtualClock, runtime};
 use crate::engine::lateness::Lateness;
 use crate::engine::{self, JobRecord, Pool, RunStats};
 use crate::results::{BackendFacts, FaultFigures};
+use crate::scenario::backends::{self, Declared};
 use crate::scenario::{Scenario, Strategy};
 use crate::sched::AnyScheduler;
 
@@ -59,19 +60,61 @@ pub enum ServerKind {
 }
 
 impl ServerKind {
+    /// Every queue server, as the registry's declarations name them.
+    pub const ALL: [ServerKind; 2] = [ServerKind::Redis, ServerKind::Postgres];
+
+    /// What it is and carries, as declared once.
+    pub fn declared(self) -> &'static Declared {
+        match self {
+            ServerKind::Redis => &backends::REDIS,
+            ServerKind::Postgres => &backends::POSTGRES,
+        }
+    }
+
+    /// The server a declaration names, if it names one.
+    pub fn of(declared: &Declared) -> Option<ServerKind> {
+        ServerKind::ALL
+            .into_iter()
+            .find(|k| k.declared() == declared)
+    }
+
     /// As the command line and the results file name it.
     pub fn name(self) -> &'static str {
-        match self {
-            ServerKind::Redis => "redis",
-            ServerKind::Postgres => "postgres",
-        }
+        self.declared().name
     }
 
     /// As a sentence names it.
     pub fn title(self) -> &'static str {
+        self.declared().title
+    }
+
+    /// Start (or reach) the server for `plan`, and its worker processes.
+    fn start(
+        self,
+        plan: &ServerPlan,
+        workers: u32,
+        slowed: &[u32],
+    ) -> anyhow::Result<Box<dyn Backend>> {
+        Ok(match self {
+            ServerKind::Redis => Box::new(redis::start(plan, workers, slowed)?),
+            ServerKind::Postgres => Box::new(postgres::start(plan, workers, slowed)?),
+        })
+    }
+
+    /// Serve lab `run` on the server at `url` as `workers` worker threads,
+    /// until its coordinator says quit (`noisylab worker`).
+    pub fn serve(self, url: &str, run: &str, workers: u32) -> anyhow::Result<()> {
         match self {
-            ServerKind::Redis => "Redis",
-            ServerKind::Postgres => "PostgreSQL",
+            ServerKind::Redis => redis::worker::serve(url, &format!("noisylab:{run}:"), workers),
+            ServerKind::Postgres => postgres::worker::serve(url, run, workers),
+        }
+    }
+
+    /// The scheduling code the server runs, explained (`noisylab scripts`).
+    pub fn scripts(self) -> &'static str {
+        match self {
+            ServerKind::Redis => redis::LIBRARY,
+            ServerKind::Postgres => postgres::SCHEMA,
         }
     }
 }
@@ -121,11 +164,7 @@ impl ServerPlan {
             .collect();
         slowed.sort_unstable();
         slowed.dedup();
-        let workers = scenario.workers;
-        Ok(match self.server {
-            ServerKind::Redis => Box::new(redis::start(self, workers, &slowed)?),
-            ServerKind::Postgres => Box::new(postgres::start(self, workers, &slowed)?),
-        })
+        self.server.start(self, scenario.workers, &slowed)
     }
 }
 
@@ -328,5 +367,26 @@ pub fn block_on_ready<F: std::future::Future>(fut: F) -> F::Output {
     match fut.as_mut().poll(&mut cx) {
         std::task::Poll::Ready(out) => out,
         std::task::Poll::Pending => panic!("a virtual-clock run never waits"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every server is declared in the registry, by its own name, and its
+    /// declaration names it back; every declared server has code here.
+    #[test]
+    fn every_server_is_declared_once_and_every_declared_server_runs() {
+        for kind in ServerKind::ALL {
+            let declared = kind.declared();
+            assert!(backends::BACKENDS.contains(&declared), "{kind:?}");
+            assert_eq!(ServerKind::of(declared), Some(kind));
+            assert_eq!(backends::parse(kind.name()), Ok((declared, None)));
+            assert!(!kind.scripts().is_empty());
+        }
+        let servers = backends::BACKENDS.iter().filter(|b| b.is_server()).count();
+        assert_eq!(servers, ServerKind::ALL.len());
+        assert_eq!(ServerKind::of(&backends::IN_PROCESS), None);
     }
 }

@@ -10,8 +10,8 @@ use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
 use super::interrupt::watch_ctrl_c;
 use super::{
     BandsFormat, BandsOpts, CalibrateFormat, CalibrateOpts, CompareFormat, CompareOpts,
-    EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, ReportOpts, RunPlan, ScenarioOpts,
-    ScriptsBackend, ScriptsOpts, ValidateOpts, WorkerOpts,
+    EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, ReportOpts, RunPlan, ScenarioOpts, ScriptsOpts,
+    ValidateOpts, WorkerOpts,
 };
 use crate::lab::{self, LabOutcome};
 use crate::output::progress::Progress;
@@ -274,30 +274,33 @@ pub fn calibrate(opts: &CalibrateOpts) -> Result<i32> {
 /// `noisylab scripts redis|postgres`: the function library or the schema,
 /// as loaded into the server.
 pub fn scripts(opts: &ScriptsOpts) -> Result<i32> {
-    match opts.backend {
-        ScriptsBackend::Redis => print!("{}", crate::backend::redis::LIBRARY),
-        ScriptsBackend::Postgres => print!("{}", crate::backend::postgres::SCHEMA),
-    }
+    print!("{}", server_named(&opts.backend)?.scripts());
     Ok(EXIT_OK)
+}
+
+/// The queue server `name` names.
+fn server_named(name: &str) -> Result<crate::backend::ServerKind> {
+    let (declared, _) = crate::scenario::backends::parse(name).map_err(anyhow::Error::msg)?;
+    crate::backend::ServerKind::of(declared)
+        .ok_or_else(|| anyhow::anyhow!("{name:?} is no queue server"))
 }
 
 /// `noisylab worker`: serve a lab on a queue server until its coordinator
 /// says quit.
 pub fn worker(opts: &WorkerOpts) -> Result<i32> {
-    use crate::scenario::BackendUrl;
-    match BackendUrl::parse(&opts.backend).map_err(anyhow::Error::msg)? {
-        BackendUrl::Redis(url) => {
-            let lab = format!("noisylab:{}:", opts.run);
-            crate::backend::redis::worker::serve(url, &lab, opts.workers)?;
-        }
-        BackendUrl::Postgres(url) => {
-            crate::backend::postgres::worker::serve(url, &opts.run, opts.workers)?;
-        }
-        _ => anyhow::bail!(
-            "--backend {:?}: a worker joins a server by URL (redis://HOST:PORT[/DB] or \
-             postgres://USER@HOST:PORT/DB)",
-            opts.backend
-        ),
-    }
+    let (declared, url) =
+        crate::scenario::backends::parse(&opts.backend).map_err(anyhow::Error::msg)?;
+    let (Some(server), Some(url)) = (crate::backend::ServerKind::of(declared), url) else {
+        let forms: Vec<&str> = crate::scenario::backends::BACKENDS
+            .iter()
+            .filter_map(|b| b.url_form)
+            .collect();
+        anyhow::bail!(
+            "--backend {:?}: a worker joins a server by URL ({})",
+            opts.backend,
+            forms.join(" or ")
+        );
+    };
+    server.serve(url, &opts.run, opts.workers)?;
     Ok(EXIT_OK)
 }

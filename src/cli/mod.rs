@@ -71,15 +71,11 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ScriptsOpts {
-    /// Which backend: redis or postgres.
-    #[arg(value_enum)]
-    pub backend: ScriptsBackend,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ScriptsBackend {
-    Redis,
-    Postgres,
+    /// Which queue server.
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(
+        crate::backend::ServerKind::ALL.map(|k| k.name())
+    ))]
+    pub backend: String,
 }
 
 #[derive(Debug, Args)]
@@ -275,14 +271,9 @@ pub struct RunOpts {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Where the queue lives: `in-process` (this process's engine),
-    /// `redis` (a Redis server the lab starts and stops),
-    /// `redis://HOST:PORT[/DB]` (an existing server; the lab's keys are
-    /// deleted at the end), `postgres` (a PostgreSQL cluster the lab makes,
-    /// starts and stops) or `postgres://USER@HOST:PORT/DB` (an existing
-    /// database; the lab's schema is dropped at the end). Real clock only. [default: the scenario's
-    /// `[backend]`, else in-process]
-    #[arg(long, value_parser = parse_backend)]
+    #[arg(long, value_name = "NAME|URL", value_parser = parse_backend,
+          help = "Where the queue lives: in-process, a queue server the lab starts, or yours by URL",
+          long_help = crate::scenario::backends::help())]
     pub backend: Option<QueueBackend>,
     /// With a queue server: worker processes sharing the pool's workers
     /// [default: enough that none runs more than 5 workers, at least 2];
@@ -322,17 +313,13 @@ fn parse_fault(text: &str) -> Result<crate::scenario::Fault, String> {
 /// `--backend`'s value.
 fn parse_backend(text: &str) -> Result<QueueBackend, String> {
     use crate::backend::{ServerKind, ServerPlan, Target};
-    use crate::scenario::BackendUrl;
-    let (server, target) = match BackendUrl::parse(text)? {
-        BackendUrl::InProcess => return Ok(QueueBackend::InProcess),
-        BackendUrl::OwnRedis => (ServerKind::Redis, Target::Own),
-        BackendUrl::Redis(url) => (ServerKind::Redis, Target::Url(url.to_string())),
-        BackendUrl::OwnPostgres => (ServerKind::Postgres, Target::Own),
-        BackendUrl::Postgres(url) => (ServerKind::Postgres, Target::Url(url.to_string())),
+    let (declared, url) = crate::scenario::backends::parse(text)?;
+    let Some(server) = ServerKind::of(declared) else {
+        return Ok(QueueBackend::InProcess);
     };
     Ok(QueueBackend::Server(ServerPlan {
         server,
-        target,
+        target: url.map_or(Target::Own, |u| Target::Url(u.to_string())),
         processes: None,
         worker_exe: None,
         fsync: true,

@@ -24,15 +24,14 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::backend::{
-    Backend, InProcess, QueueBackend, RunError, RunInput, RunRecord, ServerKind, Target,
-};
+use crate::backend::{Backend, InProcess, QueueBackend, RunError, RunInput, RunRecord, Target};
 use crate::calibrate::{self, CalibratePlan};
 use crate::engine::faults::FaultPlan;
 use crate::engine::{JobRecord, Nanos, Pool, Timer, load};
 use crate::machine::Machine;
 use crate::output::progress::Progress;
 use crate::results::{ClockKind, LabResults, RealFacts, RunResult, SCHEMA_VERSION};
+use crate::scenario::backends::{self, Capability};
 use crate::scenario::{FaultKind, Scenario, Strategy};
 
 /// Occupancy is sampled every 50 ms of lab time for the plots.
@@ -288,86 +287,97 @@ pub fn run(plan: &LabPlan, stop: &AtomicBool, progress: &Progress) -> Result<Lab
     })
 }
 
-/// In this process: faults are simulated on the virtual clock only, and
-/// not beside a provider (whose refusal holds a worker but is no job).
-fn check_simulated_faults(plan: &LabPlan) -> Result<()> {
+/// What the scenario asks of its backend beyond the core, each with where
+/// it asks it.
+fn needs(s: &Scenario) -> Vec<(String, Capability)> {
+    let mut out: Vec<(String, Capability)> = (s.fault.iter().enumerate())
+        .map(|(i, f)| (format!("fault[{i}]"), Capability::Fault(f.kind)))
+        .collect();
+    let population = s.population();
+    for (i, strategy) in s.strategy.iter().enumerate() {
+        let at = format!("strategy[{i}] ({:?})", strategy.name);
+        if population.turns_keys(strategy) {
+            out.push((at.clone(), Capability::KeyTurns));
+        }
+        if let Some(traffic) = limits::traffic_plan(s, strategy) {
+            let need = match traffic.has_front_door() {
+                true => Capability::FrontDoor,
+                false => Capability::Clients,
+            };
+            out.push((at, need));
+        }
+    }
+    out
+}
+
+/// One line, before anything starts, for a lab its backend cannot run: what
+/// the scenario needs that the backend does not declare it carries, and
+/// what faults need of a server.
+fn check_backend(plan: &LabPlan) -> Result<()> {
     let s = &plan.scenario;
-    if !s.fault.is_empty() && s.provider.is_some() {
+    let on_model = plan.clock == ClockKind::Virtual;
+    let declared = match &plan.backend {
+        QueueBackend::InProcess => &backends::IN_PROCESS,
+        QueueBackend::Server(server) => server.server.declared(),
+    };
+    if on_model && !declared.models() {
+        anyhow::bail!(
+            "--backend {} runs on real timers only: drop --clock virtual (the virtual clock is the model)",
+            declared.name
+        );
+    }
+    if let QueueBackend::Server(server) = &plan.backend {
+        check_server_faults(s, server)?;
+    }
+    for (at, need) in needs(s) {
+        if !declared.carries(need, on_model) {
+            let clock = match declared.models() {
+                true => " on real timers",
+                false => "",
+            };
+            anyhow::bail!(
+                "{at}: {}: not carried by the {} backend{clock} (carried by: {})",
+                need.describe(),
+                declared.title,
+                backends::carried_by(need)
+            );
+        }
+    }
+    if !s.fault.is_empty() && s.provider.is_some() && on_model {
         anyhow::bail!(
             "[[fault]] beside [provider] is not simulated: a provider's refusal holds a \
              worker but is no job to hand back; drop one of them"
         );
     }
-    if !s.fault.is_empty() && plan.clock == ClockKind::Real {
-        anyhow::bail!(
-            "[[fault]] on real timers strikes worker processes on a queue server: run it with \
-             --backend redis, or simulate it on the virtual clock (--clock virtual)"
-        );
-    }
     Ok(())
 }
 
-/// One line, before anything starts, for a lab its backend cannot run.
-fn check_backend(plan: &LabPlan) -> Result<()> {
-    let s = &plan.scenario;
-    let QueueBackend::Server(server) = &plan.backend else {
-        return check_simulated_faults(plan);
-    };
-    let (kind, name) = (server.server.name(), server.server.title());
-    if !s.fault.is_empty() {
-        if server.processes == Some(0) {
-            anyhow::bail!("[[fault]] strikes worker processes the lab starts: drop --processes 0");
-        }
-        let processes = crate::scenario::faults::processes_for(s.workers, server.processes);
-        for (i, f) in s.fault.iter().enumerate() {
-            if f.kind == FaultKind::RestartServer {
-                if server.target != Target::Own {
-                    anyhow::bail!(
-                        "fault[{i}]: restart_server restarts the server the lab starts \
-                         (--backend {kind}), not one given by URL"
-                    );
-                }
-                continue;
-            }
-            if f.process() >= processes {
+/// Faults strike the worker processes the lab starts, and restart only a
+/// server it started.
+fn check_server_faults(s: &Scenario, server: &crate::backend::ServerPlan) -> Result<()> {
+    if s.fault.is_empty() {
+        return Ok(());
+    }
+    let kind = server.server.name();
+    if server.processes == Some(0) {
+        anyhow::bail!("[[fault]] strikes worker processes the lab starts: drop --processes 0");
+    }
+    let processes = crate::scenario::faults::processes_for(s.workers, server.processes);
+    for (i, f) in s.fault.iter().enumerate() {
+        if f.kind == FaultKind::RestartServer {
+            if server.target != Target::Own {
                 anyhow::bail!(
-                    "fault[{i}]: target {} names a worker process, but the lab starts {processes} \
-                     (from 1 to {processes})",
-                    f.process() + 1
+                    "fault[{i}]: restart_server restarts the server the lab starts \
+                     (--backend {kind}), not one given by URL"
                 );
             }
-        }
-    }
-    if plan.clock == ClockKind::Virtual {
-        anyhow::bail!(
-            "--backend {kind} runs on real timers only: drop --clock virtual (the virtual clock is the model)"
-        );
-    }
-    let population = s.population();
-    for (i, strategy) in s.strategy.iter().enumerate() {
-        if population.turns_keys(strategy) && server.server != ServerKind::Redis {
-            anyhow::bail!(
-                "strategy[{i}] ({:?}): fair_by = \"tenant\" over tenants split into API keys (keys \
-                 within a tenant's turn) is not carried by the {name} backend yet (fair_by = \"key\" is; \
-                 both are on Redis)",
-                strategy.name
-            );
-        }
-        let Some(traffic) = limits::traffic_plan(s, strategy) else {
             continue;
-        };
-        if traffic.has_front_door() {
-            anyhow::bail!(
-                "strategy[{i}] ({:?}): rate limits, budgets and the provider's limits are not \
-                 carried by the {name} backend yet (retrying clients are, on Redis)",
-                strategy.name
-            );
         }
-        if server.server != ServerKind::Redis {
+        if f.process() >= processes {
             anyhow::bail!(
-                "strategy[{i}] ({:?}): retrying clients, clients that stop waiting and fixed \
-                 retry-afters are not carried by the {name} backend yet: run it with --backend redis",
-                strategy.name
+                "fault[{i}]: target {} names a worker process, but the lab starts {processes} \
+                 (from 1 to {processes})",
+                f.process() + 1
             );
         }
     }

@@ -494,26 +494,39 @@ impl Scenario {
 }
 
 /// `[backend]`: a backend noisylab knows, processes only for a queue
-/// server, fsync only for a PostgreSQL cluster of the lab's own,
-/// append_only only for a Redis server of the lab's own.
+/// server, and each server option only for a server of the lab's own that
+/// takes it (as each backend declares).
 fn check_backend(b: &BackendSpec) -> Result<(), Failure> {
-    let url = super::BackendUrl::parse(&b.url).map_err(|e| ("backend.url".to_string(), e))?;
-    if url == super::BackendUrl::InProcess && b.processes.is_some() {
+    let (declared, url) =
+        super::backends::parse(&b.url).map_err(|e| ("backend.url".to_string(), e))?;
+    let servers = || {
+        let names: Vec<String> = super::backends::BACKENDS
+            .iter()
+            .filter(|d| d.is_server())
+            .map(|d| format!("\"{}\"", d.name))
+            .collect();
+        names.join(", ")
+    };
+    if !declared.is_server() && b.processes.is_some() {
         return fail(
             "backend.processes",
-            "goes with a queue server (url = \"redis\", \"postgres\" or a URL)".into(),
+            format!("goes with a queue server (url = {} or a URL)", servers()),
         );
     }
-    if url != super::BackendUrl::OwnPostgres && b.fsync.is_some() {
+    for (option, set) in [("fsync", b.fsync), ("append_only", b.append_only)] {
+        if set.is_none() || (url.is_none() && declared.own_options.contains(&option)) {
+            continue;
+        }
+        let owner = super::backends::BACKENDS
+            .iter()
+            .find(|d| d.own_options.contains(&option))
+            .expect("an option some backend takes");
         return fail(
-            "backend.fsync",
-            "goes with a PostgreSQL cluster of the lab's own (url = \"postgres\")".into(),
-        );
-    }
-    if url != super::BackendUrl::OwnRedis && b.append_only.is_some() {
-        return fail(
-            "backend.append_only",
-            "goes with a Redis server of the lab's own (url = \"redis\")".into(),
+            &format!("backend.{option}"),
+            format!(
+                "goes with a {} server of the lab's own (url = \"{}\")",
+                owner.title, owner.name
+            ),
         );
     }
     Ok(())

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod backends;
 mod check;
 pub mod dist;
 pub mod faults;
@@ -109,42 +110,6 @@ pub struct BackendSpec {
     /// where a fault restarts the server (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub append_only: Option<bool>,
-}
-
-/// The backends `[backend] url` and `--backend` take.
-pub const BACKENDS_ALLOWED: &str =
-    "in-process, redis, redis://HOST:PORT[/DB], postgres, postgres://USER@HOST:PORT/DB";
-
-/// A backend's name or URL, as `[backend] url` and `--backend` take it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendUrl<'a> {
-    InProcess,
-    /// A Redis server the lab starts (`redis`).
-    OwnRedis,
-    /// `redis://HOST:PORT[/DB]`.
-    Redis(&'a str),
-    /// A PostgreSQL cluster the lab makes and starts (`postgres`).
-    OwnPostgres,
-    /// `postgres://USER@HOST:PORT/DB` (or `postgresql://`).
-    Postgres(&'a str),
-}
-
-impl<'a> BackendUrl<'a> {
-    /// The backend `text` names, or the one-line reason it names none.
-    pub fn parse(text: &'a str) -> Result<BackendUrl<'a>, String> {
-        match text {
-            "in-process" => Ok(BackendUrl::InProcess),
-            "redis" => Ok(BackendUrl::OwnRedis),
-            url if url.starts_with("redis://") => Ok(BackendUrl::Redis(url)),
-            "postgres" => Ok(BackendUrl::OwnPostgres),
-            url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                Ok(BackendUrl::Postgres(url))
-            }
-            other => Err(format!(
-                "unknown backend {other:?}; allowed: {BACKENDS_ALLOWED}"
-            )),
-        }
-    }
 }
 
 /// The well-behaved tenants.

@@ -1081,7 +1081,8 @@ fn faults_a_user_meets_first_end_in_one_line() {
             &["run", "lab/layers.toml", "--backend", "redis", "-q"],
             Path::new("."),
         ),
-        "rate limits, budgets and the provider's limits are not carried by the Redis backend yet",
+        "rate limits, budgets and the provider's limits: not carried by the Redis backend \
+         (carried by: in-process)",
     );
     one_line(
         &noisylab(

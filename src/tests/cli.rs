@@ -85,7 +85,8 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
     let fault = "kind=kill_worker,at_s=0.2";
     assert_bad_input(
         &["run", "lab/smoke.toml", "--fault", fault],
-        "[[fault]] on real timers strikes worker processes on a queue server: run it with --backend redis, or simulate it on the virtual clock (--clock virtual)",
+        "fault[0]: a kill_worker fault: not carried by the in-process backend on real timers \
+         (carried by: in-process on the virtual clock, redis, postgres)",
     );
     // Only a server the lab started can be restarted.
     for (url, kind) in [
@@ -130,7 +131,7 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
     assert_bad_input(
         &["run", "lab/retry-storm.toml", "--backend", "postgres"],
         "strategy[1] (\"Retry after 1 s, no jitter\"): retrying clients, clients that stop waiting and \
-         fixed retry-afters are not carried by the PostgreSQL backend yet",
+         fixed retry-afters: not carried by the PostgreSQL backend (carried by: in-process, redis)",
     );
     assert_bad_input(
         &[

@@ -293,7 +293,7 @@ fn faults_on_postgres_end_in_one_line() {
     let out = noisylab(&["run", "bad.toml", "-q"], dir.path());
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("backend.fsync: goes with a PostgreSQL cluster of the lab's own"),
+            .contains("backend.fsync: goes with a PostgreSQL server of the lab's own"),
         "{out:?}"
     );
     // The server stops during a run: the run fails in one line naming the
