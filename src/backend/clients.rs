@@ -1,8 +1,8 @@
 //! A run's clients on a queue server, as the coordinator plays them: every
 //! planned job sent at its instant and, where the scenario's clients retry
 //! or stop waiting, their retries and give-ups, by the policy the
-//! in-process engine follows ([`Traffic::retry_delay`], the same seeded
-//! jitter, the same retry budget).
+//! in-process engine follows: the engine's own client model
+//! ([`engine::clients::Clients`]), so the same seed gives the same retries.
 //!
 //! A retry is a new submit: a new job on the server. Its number must grow
 //! with the order jobs are sent (fifo serves by it, and so do a tenant's
@@ -11,14 +11,13 @@
 //! numbered k·n + j, n jobs planned ([`wire_id`]), and holds
 //! `durations[id % n]`. Without retries the numbers are the plan's own.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 use anyhow::{Result, anyhow};
 
 use super::wire::Submit;
 use crate::engine::traffic::Traffic;
-use crate::engine::{JobRecord, Nanos, Pool};
+use crate::engine::{self, JobRecord, Nanos, Pool};
 use crate::scenario::{Queue, Strategy};
 
 /// The number a server knows an attempt of planned job `origin` (of `n`)
@@ -42,16 +41,14 @@ pub enum Due {
 
 /// One run's attempts: the plan's, then every retry, in the order made.
 pub struct Clients<'a> {
-    traffic: Option<Traffic<'a>>,
+    /// The scenario's clients, where they retry or stop waiting (the
+    /// engine's own model of them).
+    clients: Option<engine::clients::Clients<'a>>,
     /// Every attempt: `jobs[..n]` the plan, then retries as they are made.
     pub jobs: Vec<JobRecord>,
     n: usize,
     /// The next planned arrival.
     next: usize,
-    retries: BinaryHeap<Reverse<(Nanos, usize)>>,
-    timeouts: BinaryHeap<Reverse<(Nanos, usize)>>,
-    /// The delay that led to each retry, by index past the plan.
-    delay: Vec<Nanos>,
     /// Each attempt's server number, once sent.
     wire: Vec<u32>,
     /// The attempt each server number names.
@@ -90,13 +87,11 @@ impl<'a> Clients<'a> {
             costs,
             keys,
             by_key: pool.by_key,
-            traffic: pool.traffic.as_deref().map(|p| Traffic::new(p, seed)),
+            clients: (pool.traffic.as_deref())
+                .map(|p| engine::clients::Clients::new(Traffic::new(p, seed))),
             n: plan.len(),
             jobs: plan,
             next: 0,
-            retries: BinaryHeap::new(),
-            timeouts: BinaryHeap::new(),
-            delay: Vec::new(),
             wire: vec![0; plan_len],
             by_wire: HashMap::new(),
             retries_sent: 0,
@@ -110,24 +105,22 @@ impl<'a> Clients<'a> {
 
     /// Whether any client stops waiting for a job that has not started.
     pub fn watch(&self) -> bool {
-        self.traffic
-            .as_ref()
-            .is_some_and(|t| t.plan().clients.iter().any(|c| c.timeout_ns.is_some()))
+        self.clients.as_ref().is_some_and(|c| {
+            (c.traffic.plan().clients.iter()).any(|client| client.timeout_ns.is_some())
+        })
     }
 
     /// The queue limit's fixed retry-after, where the strategy sets one.
     pub fn fixed_retry_after(&self) -> Option<Nanos> {
-        self.traffic
-            .as_ref()
-            .and_then(|t| t.plan().limit_retry_after_ns)
+        (self.clients.as_ref()).and_then(|c| c.traffic.plan().limit_retry_after_ns)
     }
 
     /// When the next thing is due, lab time.
     pub fn next_at(&self) -> Option<Nanos> {
-        let peek = |h: &BinaryHeap<Reverse<(Nanos, usize)>>| h.peek().map(|Reverse((at, _))| *at);
+        let c = self.clients.as_ref();
         [
-            peek(&self.timeouts),
-            peek(&self.retries),
+            c.and_then(|c| c.next_timeout()).map(|(at, _)| at),
+            c.and_then(|c| c.next_retry()),
             self.jobs[..self.n].get(self.next).map(|j| j.planned),
         ]
         .into_iter()
@@ -139,20 +132,18 @@ impl<'a> Clients<'a> {
     /// first, then retries, then planned arrivals (the engine's order).
     pub fn due(&mut self) -> Option<(Nanos, Due)> {
         let at = self.next_at()?;
-        let ready = |h: &BinaryHeap<Reverse<(Nanos, usize)>>| {
-            h.peek().is_some_and(|Reverse((t, _))| *t == at)
-        };
-        let pop_all = |h: &mut BinaryHeap<Reverse<(Nanos, usize)>>| {
-            let mut out = Vec::new();
-            while ready(h) {
-                out.push(h.pop().expect("peeked").0.1);
+        let (mut timeouts, mut send) = (Vec::new(), Vec::new());
+        if let Some(c) = &mut self.clients {
+            while c.next_timeout().is_some_and(|(t, _)| t == at) {
+                timeouts.extend(c.pop_timeout());
             }
-            out
-        };
-        if ready(&self.timeouts) {
-            return Some((at, Due::Timeouts(pop_all(&mut self.timeouts))));
+            if !timeouts.is_empty() {
+                return Some((at, Due::Timeouts(timeouts)));
+            }
+            while c.next_retry() == Some(at) {
+                send.extend(c.pop_retry());
+            }
         }
-        let mut send = pop_all(&mut self.retries);
         while self.next < self.n && self.jobs[self.next].planned == at {
             send.push(self.next);
             self.next += 1;
@@ -165,8 +156,8 @@ impl<'a> Clients<'a> {
     pub fn send(&mut self, i: usize) -> Result<u32> {
         let job = self.jobs[i];
         if job.attempt == 1 {
-            if let Some(t) = &mut self.traffic {
-                t.sent_first(job.tenant);
+            if let Some(c) = &mut self.clients {
+                c.traffic.sent_first(job.tenant);
             }
         } else {
             self.retries_sent += 1;
@@ -208,17 +199,13 @@ impl<'a> Clients<'a> {
     /// Whether attempt `i`'s client cancels the job when it stops waiting
     /// (else the job still runs, unread).
     pub fn cancels(&self, i: usize) -> bool {
-        self.traffic
-            .as_ref()
-            .is_some_and(|t| !t.client(self.jobs[i].tenant).waste)
+        (self.clients.as_ref()).is_some_and(|c| !c.traffic.client(self.jobs[i].tenant).waste)
     }
 
     /// Attempt `i` was queued at `now`: its client starts counting.
     pub fn accepted(&mut self, i: usize, now: Nanos) {
-        let Some(t) = &self.traffic else { return };
-        if let Some(patience) = t.client(self.jobs[i].tenant).timeout_ns {
-            self.timeouts
-                .push(Reverse((now.saturating_add(patience), i)));
+        if let Some(c) = &mut self.clients {
+            c.watch(self.jobs[i].tenant, i, now);
         }
     }
 
@@ -234,16 +221,9 @@ impl<'a> Clients<'a> {
     }
 
     fn follow_up(&mut self, i: usize, now: Nanos, hint: Option<Nanos>) {
-        let Some(t) = &mut self.traffic else { return };
-        let job = self.jobs[i];
-        let prev = i.checked_sub(self.n).map_or(0, |r| self.delay[r]);
-        let Some(delay) = t.retry_delay(job.tenant, u32::from(job.attempt), hint, prev) else {
-            return;
-        };
-        let at = now.saturating_add(delay);
-        self.retries.push(Reverse((at, self.jobs.len())));
-        self.jobs.push(job.retry(at));
-        self.delay.push(delay);
-        self.wire.push(0);
+        let Some(c) = &mut self.clients else { return };
+        if c.follow_up(&mut self.jobs, i, now, hint).is_some() {
+            self.wire.push(0);
+        }
     }
 }

@@ -458,8 +458,7 @@ impl<W: Wire> Coordinator<W> {
                 continue;
             }
             let tenant = clients.jobs[i].tenant;
-            let hint =
-                fixed.unwrap_or_else(|| input.pool.retry_after_s(tenant, x as u32) * 1_000_000_000);
+            let hint = input.pool.limit_hint_ns(tenant, x as u32, fixed);
             out.retry_after_s_max = out.retry_after_s_max.max(hint.div_ceil(1_000_000_000));
             clients.refused(i, now, Some(hint));
         }

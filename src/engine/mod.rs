@@ -11,6 +11,7 @@
 //!   in the same step, so the start instant is taken on the submitting path
 //!   with no thread hop or channel between enqueue and start.
 
+pub mod clients;
 pub mod clock;
 pub mod faults;
 pub mod lateness;
@@ -73,12 +74,9 @@ pub async fn run<C: Clock, S: Scheduler>(
         next: 0,
         unique,
         occupancy: Occupancy::new(pool.sample_ns, pool.traffic_ns),
-        clients: pool.traffic.as_deref().map(|p| Clients {
-            traffic: Traffic::new(p, seed),
+        clients: pool.traffic.as_deref().map(|p| Door {
+            clients: clients::Clients::new(Traffic::new(p, seed)),
             tickets: Vec::new(),
-            retries: BinaryHeap::new(),
-            timeouts: BinaryHeap::new(),
-            delay: Vec::new(),
             saturated: Saturation::default(),
             saturated_by_class: vec![Saturation::default(); p.clients.len()],
         }),
@@ -103,17 +101,11 @@ pub async fn run<C: Clock, S: Scheduler>(
 }
 
 /// A run's limits and clients, with the events they add: retries waiting to
-/// be sent, and clients waiting to give up.
-struct Clients<'a> {
-    traffic: Traffic<'a>,
+/// be sent, and clients waiting to give up ([`clients::Clients`]).
+struct Door<'a> {
+    clients: clients::Clients<'a>,
     /// The scheduler's job ids (in push order) to attempts' ids.
     tickets: Vec<JobId>,
-    /// Retries by the instant they are sent.
-    retries: BinaryHeap<Reverse<(Nanos, JobId)>>,
-    /// Queued attempts by the instant their client stops waiting.
-    timeouts: BinaryHeap<Reverse<(Nanos, JobId)>>,
-    /// The delay that led to each attempt (0 for a first attempt), by id.
-    delay: Vec<Nanos>,
     /// The provider's retry-afters, for anyone and for each class.
     saturated: Saturation,
     saturated_by_class: Vec<Saturation>,
@@ -148,7 +140,7 @@ struct Engine<'a, C, S> {
     /// Jobs in the plan (their first attempts are `jobs[..unique]`).
     unique: usize,
     occupancy: Occupancy,
-    clients: Option<Clients<'a>>,
+    clients: Option<Door<'a>>,
     stats: RunStats,
     /// The pool's workers and the server through simulated faults.
     faults: Option<faults::Faults>,
@@ -196,18 +188,17 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     /// clients no longer wait, and the run must not wait for them either.
     fn prune_timeouts(&mut self) {
         let Some(c) = &mut self.clients else { return };
-        while let Some(&Reverse((_, id))) = c.timeouts.peek() {
-            let job = &self.jobs[id as usize];
+        while let Some((_, id)) = c.clients.next_timeout() {
+            let job = &self.jobs[id];
             if job.started == NEVER && job.fate == Fate::Pending {
                 break;
             }
-            c.timeouts.pop();
+            c.clients.pop_timeout();
         }
     }
 
     fn next_event(&mut self) -> Option<(Nanos, Event)> {
         self.prune_timeouts();
-        let peek = |h: &BinaryHeap<Reverse<(Nanos, JobId)>>| h.peek().map(|Reverse((at, _))| *at);
         // A call to the server waits while a simulated restart lasts.
         let server = |at: Option<Nanos>| match &self.faults {
             Some(f) => at.map(|at| f.server_at(at)),
@@ -226,8 +217,11 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
             Event::Completion,
         );
         if let Some(c) = &self.clients {
-            consider(server(peek(&c.timeouts)), Event::Timeout);
-            consider(server(peek(&c.retries)), Event::Retry);
+            consider(
+                server(c.clients.next_timeout().map(|(at, _)| at)),
+                Event::Timeout,
+            );
+            consider(server(c.clients.next_retry()), Event::Retry);
         }
         consider(
             server(self.jobs[..self.unique].get(self.next).map(|j| j.planned)),
@@ -274,7 +268,7 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 job.fate = Fate::Ran;
             }
             if let Some(c) = &mut self.clients {
-                c.traffic.finished(now, tenant, out);
+                c.clients.traffic.finished(now, tenant, out);
             }
         }
         self.occupancy.finished(self.is_burst(tenant));
@@ -312,8 +306,8 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     /// A retry is due: send it as a new arrival.
     fn resend(&mut self, now: Nanos) {
         let c = self.clients.as_mut().expect("retries come with clients");
-        let Reverse((_, id)) = c.retries.pop().expect("a retry is due");
-        self.submit(now, id);
+        let id = c.clients.pop_retry().expect("a retry is due");
+        self.submit(now, id as JobId);
     }
 
     /// An attempt reaches the front door: the tenant's budget and rate
@@ -328,14 +322,14 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         let queue = job.queue(self.pool.by_key);
         if let Some(c) = &mut self.clients {
             if job.attempt == 1 {
-                c.traffic.sent_first(job.tenant);
+                c.clients.traffic.sent_first(job.tenant);
             }
             let tokens = f64::from(job.tokens_in) + f64::from(job.tokens_out);
-            if let Err((layer, wait)) = c.traffic.admit(now, job.tenant, tokens) {
+            if let Err((layer, wait)) = c.clients.traffic.admit(now, job.tenant, tokens) {
                 self.refuse(now, id, layer, wait);
                 return;
             }
-            let strategy = &c.traffic.plan().strategy;
+            let strategy = &c.clients.traffic.plan().strategy;
             let cost = strategy.job_cost(job.duration, job.tokens_in, job.tokens_out);
             c.tickets.push(id);
             self.sched.note(ticket, cost, job.key);
@@ -355,10 +349,8 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
                 let fixed = self
                     .clients
                     .as_ref()
-                    .and_then(|c| c.traffic.plan().limit_retry_after_ns);
-                let hint = fixed.unwrap_or_else(|| {
-                    self.pool.retry_after_s(job.tenant, rejected.waiting) * 1_000_000_000
-                });
+                    .and_then(|c| c.clients.traffic.plan().limit_retry_after_ns);
+                let hint = self.pool.limit_hint_ns(job.tenant, rejected.waiting, fixed);
                 self.refuse(now, id, Refusal::Limit, Some(hint));
             }
         }
@@ -382,11 +374,8 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     fn watch_timeout(&mut self, id: JobId) {
         let Some(c) = &mut self.clients else { return };
         let job = &self.jobs[id as usize];
-        if let Some(t) = c.traffic.client(job.tenant).timeout_ns
-            && job.started == NEVER
-        {
-            c.timeouts
-                .push(Reverse((job.enqueued.saturating_add(t), id)));
+        if job.started == NEVER {
+            c.clients.watch(job.tenant, id as usize, job.enqueued);
         }
     }
 
@@ -395,12 +384,12 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     /// send it again.
     fn time_out(&mut self, now: Nanos) {
         let c = self.clients.as_mut().expect("timeouts come with clients");
-        let Reverse((_, id)) = c.timeouts.pop().expect("a timeout is due");
+        let id = c.clients.pop_timeout().expect("a timeout is due") as JobId;
         let job = &mut self.jobs[id as usize];
         if job.started != NEVER || job.fate != Fate::Pending {
             return;
         }
-        if c.traffic.client(job.tenant).waste {
+        if c.clients.traffic.client(job.tenant).waste {
             job.fate = Fate::Wasted;
         } else {
             // It never starts; `finished` keeps when its client left.
@@ -425,7 +414,7 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
         {
             // The provider is saturated from now until its retry-after ends.
             let until = now.saturating_add(wait.unwrap_or(0));
-            let class = c.traffic.class_of(self.jobs[id as usize].tenant);
+            let class = c.clients.traffic.class_of(self.jobs[id as usize].tenant);
             c.saturated.add(now, until);
             c.saturated_by_class[class].add(now, until);
         }
@@ -438,24 +427,9 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
     /// or gives up.
     fn follow_up(&mut self, now: Nanos, id: JobId, hint: Option<Nanos>) {
         let Some(c) = &mut self.clients else { return };
-        let job = &self.jobs[id as usize];
-        let prev = c.delay.get(id as usize).copied().unwrap_or(0);
-        let Some(delay) = c
-            .traffic
-            .retry_delay(job.tenant, u32::from(job.attempt), hint, prev)
-        else {
-            return;
-        };
-        let at = now.saturating_add(delay);
-        let retry = job.retry(at);
-        let new = self.jobs.len() as JobId;
-        assert!(new < JobId::MAX, "too many attempts for a JobId");
-        self.jobs.push(retry);
-        if c.delay.len() <= new as usize {
-            c.delay.resize(new as usize + 1, 0);
+        if let Some(new) = c.clients.follow_up(&mut self.jobs, id as usize, now, hint) {
+            assert!(new < JobId::MAX as usize, "too many attempts for a JobId");
         }
-        c.delay[new as usize] = delay;
-        c.retries.push(Reverse((at, new)));
     }
 
     /// Start waiting jobs while workers are idle. The start instant is read
@@ -482,10 +456,11 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
             }
             if let Some(c) = &mut self.clients
                 && let Err(wait) =
-                    c.traffic
+                    c.clients
+                        .traffic
                         .start(started, job.tenant, job.tokens_in, job.tokens_out)
             {
-                let reject_ns = c.traffic.plan().reject_ns;
+                let reject_ns = c.clients.traffic.plan().reject_ns;
                 self.occupancy.started(burst);
                 if reject_ns > 0 {
                     // The refusal holds the worker; see `complete`.

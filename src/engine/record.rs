@@ -147,6 +147,12 @@ impl Pool {
         let ns = u128::from(waiting) * u128::from(job_ns) / u128::from(parallel.max(1));
         ns.div_ceil(1_000_000_000) as u64
     }
+
+    /// What a queue limit's refusal tells the client to wait, nanoseconds:
+    /// the strategy's `fixed` retry-after, else the tenant's drain time.
+    pub fn limit_hint_ns(&self, tenant: TenantId, waiting: u32, fixed: Option<Nanos>) -> Nanos {
+        fixed.unwrap_or_else(|| self.retry_after_s(tenant, waiting) * 1_000_000_000)
+    }
 }
 
 /// Busy workers by tenant class and jobs waiting, at one instant.
