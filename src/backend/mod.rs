@@ -19,7 +19,14 @@
 //! - [`worker`]: the worker processes' loop, the same on every server;
 //! - [`faults`]: a scenario's `[[fault]]` as timed actions on the worker
 //!   processes and the server;
-//! - [`process`]: starting servers and workers as child processes.
+//! - [`process`]: starting servers and workers as child processes;
+//! - [`Given`]: a backend from outside this module, declared by what it
+//!   carries: for instance one that only carries jobs, whose discipline is
+//!   someone else's and whose workers report each job's start and end
+//!   (`src/tests/carrier.rs` runs one).
+//!
+//! What each backend carries is declared once, in
+//! [`crate::scenario::backends`].
 
 pub mod clients;
 pub mod coordinator;
@@ -50,6 +57,32 @@ pub enum QueueBackend {
     InProcess,
     /// A queue server (Redis, PostgreSQL), workers in their own processes.
     Server(ServerPlan),
+    /// A backend given by the library's user (a test's), declared by what
+    /// it carries: for instance one that only carries jobs, whose
+    /// discipline belongs to someone else.
+    Other(Given),
+}
+
+/// A backend from outside this module: what it declares it carries, and
+/// how a lab opens it.
+#[derive(Clone, Copy)]
+pub struct Given {
+    pub declared: &'static Declared,
+    pub open: fn(&Scenario) -> anyhow::Result<Box<dyn Backend>>,
+}
+
+impl PartialEq for Given {
+    fn eq(&self, other: &Given) -> bool {
+        self.declared == other.declared
+    }
+}
+
+impl Eq for Given {}
+
+impl std::fmt::Debug for Given {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Given({})", self.declared.name)
+    }
 }
 
 /// Which queue server.

@@ -394,7 +394,10 @@ impl RunOpts {
             (QueueBackend::InProcess, Some(_)) => anyhow::bail!(
                 "--processes goes with a queue server (--backend redis or --backend postgres)"
             ),
-            (QueueBackend::InProcess, None) => {}
+            (QueueBackend::InProcess | QueueBackend::Other(_), None) => {}
+            (QueueBackend::Other(_), Some(_)) => {
+                anyhow::bail!("--processes goes with a queue server")
+            }
         }
         let save_to = match (self.clock, &self.out) {
             (_, Some(dir)) => Some(dir.clone()),

@@ -296,6 +296,11 @@ fn needs(s: &Scenario) -> Vec<(String, Capability)> {
     let population = s.population();
     for (i, strategy) in s.strategy.iter().enumerate() {
         let at = format!("strategy[{i}] ({:?})", strategy.name);
+        // Arrival order is what a queue that only carries jobs can be
+        // asked for; anything else is noisylab's discipline.
+        if !strategy.arrival_order() {
+            out.push((at.clone(), Capability::Discipline));
+        }
         if population.turns_keys(strategy) {
             out.push((at.clone(), Capability::KeyTurns));
         }
@@ -319,6 +324,7 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
     let declared = match &plan.backend {
         QueueBackend::InProcess => &backends::IN_PROCESS,
         QueueBackend::Server(server) => server.server.declared(),
+        QueueBackend::Other(given) => given.declared,
     };
     if on_model && !declared.models() {
         anyhow::bail!(
@@ -390,6 +396,7 @@ fn open_backend(plan: &LabPlan, real: Option<&RealContext>) -> Result<Box<dyn Ba
         (_, None) => Box::new(InProcess::Virtual),
         (QueueBackend::InProcess, Some(r)) => Box::new(InProcess::real(plan.timer, r.margin())?),
         (QueueBackend::Server(server), Some(_)) => server.open(&plan.scenario)?,
+        (QueueBackend::Other(given), Some(_)) => (given.open)(&plan.scenario)?,
     })
 }
 

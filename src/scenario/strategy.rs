@@ -116,6 +116,15 @@ impl Strategy {
 }
 
 impl Strategy {
+    /// Whether it is the post's shared FIFO: arrival order across tenants,
+    /// no cap, no limit.
+    pub fn arrival_order(&self) -> bool {
+        self.queue == Queue::Fifo
+            && self.cap.is_none()
+            && self.limit.is_none()
+            && self.reserve.is_none()
+    }
+
     /// What the strategy is, without its name.
     pub fn discipline(&self) -> Discipline {
         Discipline {
