@@ -23,7 +23,7 @@
 //! - [`Given`]: a backend from outside this module, declared by what it
 //!   carries: for instance one that only carries jobs, whose discipline is
 //!   someone else's and whose workers report each job's start and end
-//!   (`src/tests/carrier.rs` runs one).
+//!   (`src/tests/conformance.rs` runs one).
 //!
 //! What each backend carries is declared once, in
 //! [`crate::scenario::backends`].

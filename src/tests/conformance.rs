@@ -1,0 +1,518 @@
+//! One conformance suite every backend joins by one line, as a driver
+//! test suite is: a list of checks (every planned job ends once, caps held
+//! by the records, the shared FIFO's order, a stopped worker's job fenced
+//! and counted once, the model's verdict), each run against every backend
+//! that declares what it needs ([`Declared`]). The backends: the model
+//! (in-process, virtual clock), the engine on real timers, Redis,
+//! PostgreSQL, and a queue that only carries jobs (a FIFO broker of worker
+//! threads defined here, whose workers report each job's start and end on
+//! their own clock). Where `redis-server` or PostgreSQL is missing their
+//! checks pass without running, said once; with `NOISYLAB_REQUIRE_SERVERS=1`
+//! (CI) they fail instead.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use noisylab::backend::{
+    Backend, Given, InProcess, QueueBackend, RunError, RunInput, RunRecord, ServerKind, ServerPlan,
+    Target,
+};
+use noisylab::engine::clock::sleep_until_blocking;
+use noisylab::engine::{Fate, JobRecord, Nanos, Timer, stats_from_records};
+use noisylab::lab::{self, LabPlan};
+use noisylab::output::progress::Progress;
+use noisylab::results::ClockKind;
+use noisylab::scenario::Scenario;
+use noisylab::scenario::backends::{self, Capability, Declared};
+use noisylab::scenario::faults::FaultKind;
+
+/// A backend under test: what it declares, whether it is the model, and
+/// how a lab reaches it (`None`: its server is not installed).
+struct Subject {
+    declared: &'static Declared,
+    on_model: bool,
+    /// Whether a test build is held to the model's verdict. The engine on
+    /// real timers is held to the exact model's makespans (0.1 %), which
+    /// its debug build's event loop cannot keep; `make lab` holds the
+    /// release build to them. A queue's hand-offs are in its jobs' holds,
+    /// and its runs are replayed with them.
+    judged: bool,
+    backend: fn() -> Option<QueueBackend>,
+}
+
+impl Subject {
+    fn carries(&self, what: Capability) -> bool {
+        self.declared.carries(what, self.on_model)
+    }
+
+    /// The backend for one run of `scenario`, opened as a lab opens it.
+    fn open(&self, scenario: &Scenario) -> Option<Box<dyn Backend>> {
+        Some(match (self.backend)()? {
+            QueueBackend::InProcess if self.on_model => Box::new(InProcess::Virtual),
+            QueueBackend::InProcess => Box::new(
+                InProcess::real(Timer::Precise, Duration::from_millis(3)).expect("a runtime"),
+            ),
+            QueueBackend::Server(plan) => plan.open(scenario).expect("the server and its workers"),
+            QueueBackend::Other(given) => (given.open)(scenario).expect("the backend"),
+        })
+    }
+
+    fn lab(&self, scenario: Scenario) -> Option<LabPlan> {
+        Some(LabPlan {
+            scenario,
+            clock: match self.on_model {
+                true => ClockKind::Virtual,
+                false => ClockKind::Real,
+            },
+            timer: Timer::default(),
+            // The verdict replays each run with the overshoot its saved
+            // histograms hold.
+            keep_raw: true,
+            backend: (self.backend)()?,
+        })
+    }
+}
+
+/// Real-clock checks one at a time: each measures time.
+static REAL_CLOCK: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    REAL_CLOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn smoke() -> Scenario {
+    Scenario::load(Path::new("lab/smoke.toml")).unwrap()
+}
+
+fn strategy(s: &Scenario, name: &str) -> noisylab::scenario::Strategy {
+    s.strategy.iter().find(|d| d.name == name).unwrap().clone()
+}
+
+fn run(backend: &mut dyn Backend, s: &Scenario, name: &str) -> RunRecord {
+    let def = strategy(s, name);
+    let pool = lab::pool_for(s, &def);
+    let input = RunInput {
+        scenario: s,
+        strategy: &def,
+        pool: &pool,
+        plan: noisylab::engine::load::plan(s, s.seed),
+        seed: s.seed,
+    };
+    backend.run(input, &AtomicBool::new(false)).unwrap()
+}
+
+/// Every planned job ran, once, no earlier than it was queued, for at
+/// least its hold.
+fn ends_once(jobs: &[JobRecord], planned: usize, what: &str) {
+    assert_eq!(jobs.len(), planned, "{what}: one attempt a planned job");
+    for j in jobs {
+        assert_eq!(j.fate, Fate::Ran, "{what}: {j:?}");
+        assert!(
+            j.enqueued <= j.started && j.started <= j.finished,
+            "{what}: {j:?}"
+        );
+        assert!(
+            j.finished - j.started >= j.duration,
+            "{what}: held its duration: {j:?}"
+        );
+    }
+}
+
+/// Check: every planned job of every strategy it carries ends once.
+fn every_planned_job_ends_once(subject: &Subject) {
+    let s = smoke();
+    let _turn = one_at_a_time();
+    let Some(mut backend) = subject.open(&s) else {
+        return;
+    };
+    for def in &s.strategy {
+        if !def.arrival_order() && !subject.carries(Capability::Discipline) {
+            continue;
+        }
+        let record = run(backend.as_mut(), &s, &def.name);
+        let planned = noisylab::engine::load::plan(&s, s.seed).len();
+        ends_once(&record.jobs, planned, &def.name);
+    }
+}
+
+/// The most jobs of one tenant running at once, and of all, by the records.
+fn most_at_once(jobs: &[JobRecord]) -> (i32, i32) {
+    let mut events: Vec<(Nanos, i32, u32)> = jobs
+        .iter()
+        .flat_map(|j| [(j.started, 1, j.tenant), (j.finished, -1, j.tenant)])
+        .collect();
+    events.sort();
+    let (mut by_tenant, mut all) = (std::collections::HashMap::<u32, i32>::new(), 0);
+    let (mut most, mut most_all) = (0, 0);
+    for (_, d, tenant) in events {
+        let n = by_tenant.entry(tenant).or_default();
+        *n += d;
+        all += d;
+        most = most.max(*n);
+        most_all = most_all.max(all);
+    }
+    (most, most_all)
+}
+
+/// Check: a cap holds by the records, and no more jobs run than workers.
+fn caps_hold_by_the_records(subject: &Subject) {
+    if !subject.carries(Capability::Discipline) {
+        return;
+    }
+    let s = smoke();
+    let _turn = one_at_a_time();
+    let Some(mut backend) = subject.open(&s) else {
+        return;
+    };
+    let record = run(backend.as_mut(), &s, "Fair queue with cap of 2");
+    let (most, all) = most_at_once(&record.jobs);
+    assert!(most <= 2, "a tenant ran {most} at once under a cap of 2");
+    assert!(
+        all <= s.workers as i32,
+        "{all} ran at once on {} workers",
+        s.workers
+    );
+}
+
+/// Check: the shared FIFO starts jobs in the order they were queued.
+fn the_shared_fifo_starts_jobs_in_queue_order(subject: &Subject) {
+    let s = smoke();
+    let _turn = one_at_a_time();
+    let Some(mut backend) = subject.open(&s) else {
+        return;
+    };
+    let mut jobs = run(backend.as_mut(), &s, "Shared FIFO").jobs;
+    jobs.sort_by_key(|j| (j.enqueued, j.origin));
+    assert!(
+        jobs.windows(2).all(|w| w[0].started <= w[1].started),
+        "jobs start in the order they were queued"
+    );
+}
+
+/// Check: a worker stopped past its lease loses its job to another, its
+/// late finish is refused, and every job still counts once.
+fn a_stopped_worker_s_job_is_fenced_and_counted_once(subject: &Subject) {
+    let needs = [
+        Capability::Leases,
+        Capability::Fault(FaultKind::PauseWorker),
+    ];
+    if !needs.iter().all(|&c| subject.carries(c)) {
+        return;
+    }
+    let mut s = smoke();
+    s.fault = vec![noisylab::scenario::Fault {
+        at_s: 0.15,
+        kind: FaultKind::PauseWorker,
+        duration_s: Some(0.3),
+        target: Some(1),
+        delay_ms: None,
+    }];
+    let _turn = one_at_a_time();
+    let Some(mut backend) = subject.open(&s) else {
+        return;
+    };
+    let record = run(backend.as_mut(), &s, "Shared FIFO");
+    let planned = noisylab::engine::load::plan(&s, s.seed).len();
+    ends_once(&record.jobs, planned, "paused");
+    let f = record.faults.expect("what the fault did");
+    assert!(f.redelivered >= 1, "a lease ran out: {f:?}");
+    assert!(
+        f.late_finishes_refused >= 1,
+        "its finish was refused: {f:?}"
+    );
+    assert!(
+        record
+            .ran_twice
+            .iter()
+            .all(|j| record.redelivered.contains(j)),
+        "only a job handed back runs twice: {f:?}"
+    );
+}
+
+/// Check: on real timers, the smoke lab on it reproduces the model.
+fn the_smoke_lab_reproduces_the_model(subject: &Subject) {
+    if subject.on_model || !subject.judged {
+        return;
+    }
+    let mut s = smoke();
+    if !subject.carries(Capability::Discipline) {
+        s.select(&["Shared FIFO".to_string()]).unwrap();
+    }
+    let Some(plan) = subject.lab(s) else { return };
+    let _turn = one_at_a_time();
+    let outcome = lab::run(&plan, &AtomicBool::new(false), &Progress::hidden()).unwrap();
+    let verdict = noisylab::validate::model::against_model(&outcome.results);
+    assert!(verdict.reproduces(), "{:?}", verdict.failed());
+}
+
+/// A backend joins the suite by one line: its name and its subject.
+macro_rules! conformance {
+    ($name:ident, $subject:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn every_planned_job_ends_once() {
+                super::every_planned_job_ends_once(&$subject);
+            }
+
+            #[test]
+            fn caps_hold_by_the_records() {
+                super::caps_hold_by_the_records(&$subject);
+            }
+
+            #[test]
+            fn the_shared_fifo_starts_jobs_in_queue_order() {
+                super::the_shared_fifo_starts_jobs_in_queue_order(&$subject);
+            }
+
+            #[test]
+            fn a_stopped_worker_s_job_is_fenced_and_counted_once() {
+                super::a_stopped_worker_s_job_is_fenced_and_counted_once(&$subject);
+            }
+
+            #[test]
+            fn the_smoke_lab_reproduces_the_model() {
+                super::the_smoke_lab_reproduces_the_model(&$subject);
+            }
+        }
+    };
+}
+
+const NOISYLAB: &str = env!("CARGO_BIN_EXE_noisylab");
+
+/// A server of the lab's own, where its binaries are installed.
+fn server(kind: ServerKind) -> Option<QueueBackend> {
+    let (installed, missing) = match kind {
+        ServerKind::Redis => (
+            noisylab::backend::process::on_path("redis-server").is_some(),
+            noisylab::backend::redis::server::NOT_INSTALLED,
+        ),
+        ServerKind::Postgres => (
+            noisylab::backend::postgres::server::binaries().is_some(),
+            noisylab::backend::postgres::server::NOT_INSTALLED,
+        ),
+    };
+    if !installed {
+        assert!(
+            std::env::var_os("NOISYLAB_REQUIRE_SERVERS").is_none(),
+            "NOISYLAB_REQUIRE_SERVERS is set but {missing}"
+        );
+        eprintln!("skipped: {missing}");
+        return None;
+    }
+    Some(QueueBackend::Server(ServerPlan {
+        server: kind,
+        target: Target::Own,
+        processes: None,
+        worker_exe: Some(PathBuf::from(NOISYLAB)),
+        fsync: false,
+        persist: false,
+        unlogged: false,
+    }))
+}
+
+/// The backends under test, each as the suite sees it.
+mod subjects {
+    use super::*;
+
+    pub fn model() -> Subject {
+        let backend = || Some(QueueBackend::InProcess);
+        let (declared, on_model, judged) = (&backends::IN_PROCESS, true, true);
+        Subject {
+            declared,
+            on_model,
+            judged,
+            backend,
+        }
+    }
+
+    pub fn in_process() -> Subject {
+        let backend = || Some(QueueBackend::InProcess);
+        let (declared, on_model, judged) = (&backends::IN_PROCESS, false, false);
+        Subject {
+            declared,
+            on_model,
+            judged,
+            backend,
+        }
+    }
+
+    pub fn redis() -> Subject {
+        let backend = || server(ServerKind::Redis);
+        let (declared, on_model, judged) = (&backends::REDIS, false, true);
+        Subject {
+            declared,
+            on_model,
+            judged,
+            backend,
+        }
+    }
+
+    pub fn postgres() -> Subject {
+        let backend = || server(ServerKind::Postgres);
+        let (declared, on_model, judged) = (&backends::POSTGRES, false, true);
+        Subject {
+            declared,
+            on_model,
+            judged,
+            backend,
+        }
+    }
+
+    pub fn broker() -> Subject {
+        let backend = || Some(super::broker());
+        let (declared, on_model, judged) = (&BROKER, false, true);
+        Subject {
+            declared,
+            on_model,
+            judged,
+            backend,
+        }
+    }
+}
+
+conformance!(model, subjects::model());
+conformance!(in_process, subjects::in_process());
+conformance!(redis, subjects::redis());
+conformance!(postgres, subjects::postgres());
+conformance!(broker, subjects::broker());
+
+static BROKER: Declared = Declared {
+    name: "fifo-broker",
+    title: "plain FIFO broker",
+    schemes: &[],
+    url_form: None,
+    own: "a FIFO queue and worker threads in this process",
+    yours: "",
+    own_options: &[],
+    carries: &[],
+    on_the_model: &[],
+};
+
+fn broker() -> QueueBackend {
+    QueueBackend::Other(Given {
+        declared: &BROKER,
+        open: |_| Ok(Box::new(Broker)),
+    })
+}
+
+struct Broker;
+
+/// The broker's queue: jobs in arrival order, idle workers, and whether
+/// the run's submits are over.
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<usize>,
+    idle: u32,
+    done: bool,
+}
+
+/// Workers hold their jobs on an OS sleep, as a team's workers would: no
+/// spin (four spinning threads on two cores would hold each other up).
+const MARGIN: Duration = Duration::ZERO;
+
+impl Backend for Broker {
+    /// A queue outside the engine: its hand-offs are in each job's hold, so
+    /// the model replays the run with the run's own overshoot.
+    fn facts(&self) -> Option<noisylab::results::BackendFacts> {
+        Some(noisylab::results::BackendFacts {
+            kind: BROKER.name.into(),
+            version: "threads in this process".into(),
+            processes: 0,
+            durability: None,
+        })
+    }
+
+    fn run(&mut self, input: RunInput<'_>, _stop: &AtomicBool) -> Result<RunRecord, RunError> {
+        let origin = Instant::now();
+        let at = move |ns: Nanos| origin + Duration::from_nanos(ns);
+        let since = move || origin.elapsed().as_nanos() as Nanos;
+        let shared = Arc::new((Mutex::new(Queue::default()), Condvar::new()));
+        let holds: Arc<Vec<Nanos>> = Arc::new(input.plan.iter().map(|j| j.duration).collect());
+        let workers: Vec<_> = (0..input.pool.workers)
+            .map(|_| {
+                let (shared, holds) = (shared.clone(), holds.clone());
+                std::thread::spawn(move || {
+                    let mut reports = Vec::new();
+                    loop {
+                        let (lock, wake) = &*shared;
+                        let mut q = lock.lock().unwrap();
+                        q.idle += 1;
+                        while q.jobs.is_empty() && !q.done {
+                            q = wake.wait(q).unwrap();
+                        }
+                        q.idle -= 1;
+                        let Some(i) = q.jobs.pop_front() else { break };
+                        let start = since();
+                        drop(q);
+                        sleep_until_blocking(at(start + holds[i]), MARGIN);
+                        reports.push((i, start, since()));
+                    }
+                    reports
+                })
+            })
+            .collect();
+        let mut jobs = input.plan;
+        let mut found_idle = vec![false; jobs.len()];
+        for i in 0..jobs.len() {
+            sleep_until_blocking(at(jobs[i].planned), MARGIN);
+            let (lock, wake) = &*shared;
+            let mut q = lock.lock().unwrap();
+            jobs[i].enqueued = since();
+            found_idle[i] = q.idle as usize > q.jobs.len();
+            q.jobs.push_back(i);
+            wake.notify_one();
+        }
+        shared.0.lock().unwrap().done = true;
+        shared.1.notify_all();
+        let mut end = 0;
+        for worker in workers {
+            for (i, start, finish) in worker.join().expect("a worker thread") {
+                (jobs[i].started, jobs[i].finished, jobs[i].fate) = (start, finish, Fate::Ran);
+                end = end.max(finish);
+            }
+        }
+        let stats = stats_from_records(input.pool, &jobs, &found_idle, end);
+        Ok(RunRecord {
+            jobs,
+            stats,
+            server: None,
+            late: None,
+            redelivered: Vec::new(),
+            ran_twice: Vec::new(),
+            faults: None,
+        })
+    }
+}
+
+/// A strategy the broker cannot run, and a fault, are refused before
+/// anything starts, in one line naming what it does not carry.
+#[test]
+fn what_a_carrier_does_not_carry_is_refused_before_it_starts() {
+    let plan = |scenario| LabPlan {
+        scenario,
+        clock: ClockKind::Real,
+        timer: Timer::default(),
+        keep_raw: false,
+        backend: broker(),
+    };
+    let e = lab::run(&plan(smoke()), &AtomicBool::new(false), &Progress::hidden()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "strategy[1] (\"Fair queue with cap of 2\"): noisylab's queue disciplines: not carried \
+         by the plain FIFO broker backend (carried by: in-process, redis, postgres)"
+    );
+    let mut faulty = Scenario::load(Path::new("lab/faults.toml")).unwrap();
+    faulty.select(&["Shared FIFO".to_string()]).unwrap();
+    faulty.backend = None;
+    let e = lab::run(&plan(faulty), &AtomicBool::new(false), &Progress::hidden()).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("fault[0]: a kill_worker fault: not carried by the plain FIFO broker"),
+        "{e}"
+    );
+}
