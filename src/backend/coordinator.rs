@@ -23,6 +23,7 @@ use crate::engine::clock::sleep_until_blocking;
 use crate::engine::{Nanos, stats_from_records};
 use crate::results::{BackendFacts, FaultFigures};
 use crate::scenario::Queue;
+use crate::scenario::backends::Capability;
 use crate::scenario::faults::{default_lease_ns, processes_for, share};
 use crate::stats::{decode_histogram, new_histogram, record};
 
@@ -295,7 +296,9 @@ impl<W: Wire> Coordinator<W> {
                 _ => Vec::new(),
             },
             durations: input.plan.iter().map(|j| j.duration).collect(),
-            lease_us: self.wire.leases().then_some(lease / 1_000),
+            lease_us: (self.wire.kind().declared())
+                .carries(Capability::Leases, false)
+                .then_some(lease / 1_000),
             watch: clients.watch(),
             keys: clients.keys(),
         }

@@ -1,11 +1,12 @@
-//! What a queue server is to a lab's coordinator: one trait, [`Wire`],
+//! What a queue server is to a lab's coordinator: [`Wire`], in four parts
+//! (the queue's calls, the crew of workers, the server's life, its cost)
 //! that each server's module implements in its own words (functions and
 //! keys, or SQL), and what crosses it: a run's setup, the jobs submitted,
 //! the stamps the server keeps, and what the server cost.
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
 use super::ServerKind;
 use crate::engine::Nanos;
@@ -31,7 +32,7 @@ pub struct Setup<'a> {
     /// gives no lease).
     pub lease_us: Option<u64>,
     /// Clients may stop waiting for a job that has not started
-    /// ([`Wire::abandon`]).
+    /// ([`Calls::abandon`]).
     pub watch: bool,
     /// Two-level fairness: the discipline picks a tenant, its API keys
     /// take turns within its turn ([`Submit::key`]).
@@ -111,27 +112,19 @@ pub struct ServerCost {
     pub wal_bytes: Option<u64>,
 }
 
-/// A queue server, as one lab's coordinator speaks to it. Every call acts
-/// on the run set up last.
-pub trait Wire {
-    /// Counters read before a run, to take from those after it.
-    type Mark;
-    /// Which server, and its version, as the results file says.
-    fn kind(&self) -> ServerKind;
-    fn version(&self) -> &str;
-    /// What a worker is given to join: `--backend URL --run ID`.
-    fn url(&self) -> &str;
-    fn lab_id(&self) -> &str;
-    /// Workers that have joined the lab.
-    fn joined(&mut self) -> Result<u32>;
+/// A queue server, as one lab's coordinator speaks to it, in four parts:
+/// the queue's calls, the crew of workers, the server's life, and what it
+/// costs. Every part is required: what a server does not carry is declared
+/// in [`crate::scenario::backends`] and refused before a lab starts, so no
+/// call fails at run time for want of it.
+pub trait Wire: Calls + Crew + Lifecycle + Meter {}
+
+impl<T: Calls + Crew + Lifecycle + Meter> Wire for T {}
+
+/// The queue's calls. Every call acts on the run set up last.
+pub trait Calls {
     /// A new run's queue (the last one's gone).
     fn setup(&mut self, run: u32, setup: &Setup<'_>) -> Result<()>;
-    /// Hand the run to `workers` workers.
-    fn start_run(&mut self, workers: u32) -> Result<()>;
-    /// Workers idle on the run.
-    fn idle(&mut self) -> Result<u32>;
-    fn mark(&mut self) -> Result<Self::Mark>;
-    fn cost_since(&mut self, mark: Self::Mark) -> Result<ServerCost>;
     /// The server's clock, microseconds since the epoch.
     fn now_us(&mut self) -> Result<u64>;
     /// Jobs due at one instant, in one round trip: each accepted (and
@@ -141,57 +134,70 @@ pub trait Wire {
     fn expect(&mut self, n: u64) -> Result<()>;
     /// Whether all expected jobs finished, waiting at most `wait`.
     fn wait_end(&mut self, wait: Duration) -> Result<bool>;
+    /// Every stamp of the run.
+    fn stamps(&mut self) -> Result<Vec<Stamp>>;
+    /// No more jobs for anyone; running ones finish.
+    fn halt(&mut self) -> Result<()>;
+    /// Clients stop waiting for these jobs (each with whether it cancels
+    /// it, else it still runs): for each, whether it had not started yet.
+    /// Called only where the server declares [`Capability::Clients`].
+    ///
+    /// [`Capability::Clients`]: crate::scenario::backends::Capability::Clients
+    fn abandon(&mut self, jobs: &[(u32, bool)]) -> Result<Vec<bool>>;
+    /// Hand jobs whose lease ran out back to their queues now (the server
+    /// does it on every call too; this is for a queue nobody calls).
+    fn reap(&mut self) -> Result<()>;
+    /// The run's data gone.
+    fn end_run(&mut self) -> Result<()>;
+}
+
+/// The crew: the worker processes that join the lab and run its jobs.
+pub trait Crew {
+    /// What a worker is given to join: `--backend URL --run ID`.
+    fn url(&self) -> &str;
+    fn lab_id(&self) -> &str;
+    /// Workers that have joined the lab.
+    fn joined(&mut self) -> Result<u32>;
+    /// Hand the run to `workers` workers.
+    fn start_run(&mut self, workers: u32) -> Result<()>;
+    /// Workers idle on the run.
+    fn idle(&mut self) -> Result<u32>;
     /// Tell `workers` workers the run is over.
     fn stop_workers(&mut self, workers: u32) -> Result<()>;
     /// Workers that have left the run.
     fn left(&mut self) -> Result<u32>;
     /// What each worker that left the run measured: "RTT LATE" histograms.
     fn figures(&mut self) -> Result<Vec<String>>;
-    /// Every stamp of the run.
-    fn stamps(&mut self) -> Result<Vec<Stamp>>;
-    /// Leases the workers renewed this run, by the server's count.
-    fn renewals(&mut self) -> Result<u64>;
-    /// No more jobs for anyone; running ones finish.
-    fn halt(&mut self) -> Result<()>;
-    /// Whether takes hold leases (a job whose lease runs out goes back to
-    /// its queue).
-    fn leases(&self) -> bool {
-        false
-    }
-    /// Drop every worker's connection to the server (they connect again):
-    /// how many were dropped.
-    fn drop_workers(&mut self) -> Result<u64> {
-        bail!("dropping the workers' connections is not carried by this server")
-    }
-    /// Kill the server the lab started and start it again after `down`,
-    /// from what it persisted; this wire connects again.
-    fn restart(&mut self, _down: Duration) -> Result<()> {
-        bail!("restarting the server is not carried by this server")
-    }
-    /// Jobs of the run the server has accepted, by its own record.
-    fn enqueued(&mut self) -> Result<u64> {
-        bail!("this server cannot count the jobs it holds")
-    }
-    /// What the server keeps on disk, where the lab set it.
-    fn durability(&self) -> Option<String> {
-        None
-    }
-    /// What the server promises to keep across a restart.
-    fn promise(&self) -> &'static str {
-        "nothing"
-    }
-    /// Clients stop waiting for these jobs (each with whether it cancels
-    /// it, else it still runs): for each, whether it had not started yet.
-    fn abandon(&mut self, _jobs: &[(u32, bool)]) -> Result<Vec<bool>> {
-        bail!("clients that stop waiting are not carried by this server")
-    }
-    /// Hand jobs whose lease ran out back to their queues now (the server
-    /// does it on every call too; this is for a queue nobody calls).
-    fn reap(&mut self) -> Result<()> {
-        Ok(())
-    }
-    /// The run's data gone.
-    fn end_run(&mut self) -> Result<()>;
     /// Tell `workers` workers to leave the lab, and drop the lab's data.
     fn quit(&mut self, workers: u32);
+}
+
+/// The server's life: what it is, what it keeps, and the faults that
+/// strike it.
+pub trait Lifecycle {
+    /// Which server, and its version, as the results file says.
+    fn kind(&self) -> ServerKind;
+    fn version(&self) -> &str;
+    /// Drop every worker's connection to the server (they connect again):
+    /// how many were dropped.
+    fn drop_workers(&mut self) -> Result<u64>;
+    /// Kill the server the lab started and start it again after `down`,
+    /// from what it persisted; this wire connects again.
+    fn restart(&mut self, down: Duration) -> Result<()>;
+    /// Jobs of the run the server has accepted, by its own record.
+    fn enqueued(&mut self) -> Result<u64>;
+    /// What the server keeps on disk, where the lab set it.
+    fn durability(&self) -> Option<String>;
+    /// What the server promises to keep across a restart.
+    fn promise(&self) -> &'static str;
+}
+
+/// What the server costs a run.
+pub trait Meter {
+    /// Counters read before a run, to take from those after it.
+    type Mark;
+    fn mark(&mut self) -> Result<Self::Mark>;
+    fn cost_since(&mut self, mark: Self::Mark) -> Result<ServerCost>;
+    /// Leases the workers renewed this run, by the server's count.
+    fn renewals(&mut self) -> Result<u64>;
 }

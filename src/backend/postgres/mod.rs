@@ -20,7 +20,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, SimpleQueryMessage};
 
 use super::coordinator::{Coordinator, lab_id};
-use super::wire::{ServerCost, Setup, Stamp, Submit, Wire, queue_name};
+use super::wire::{Calls, Crew, Lifecycle, Meter, ServerCost, Setup, Stamp, Submit, queue_name};
 use super::{ServerKind, ServerPlan, Target};
 use server::OwnedCluster;
 
@@ -265,29 +265,14 @@ impl PgWire {
     }
 }
 
-impl Wire for PgWire {
-    type Mark = PgMark;
-
-    fn kind(&self) -> ServerKind {
-        ServerKind::Postgres
-    }
-
-    fn version(&self) -> &str {
-        &self.version
-    }
-
-    fn url(&self) -> &str {
-        &self.url
-    }
-
-    fn lab_id(&self) -> &str {
-        &self.id
-    }
-
-    fn joined(&mut self) -> Result<u32> {
-        let n: i64 =
-            self.one("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM worker_ready")?;
-        Ok(n as u32)
+impl Calls for PgWire {
+    /// Never called: PostgreSQL's declaration leaves out clients that stop
+    /// waiting, so a lab that needs them is refused before it starts.
+    fn abandon(&mut self, _jobs: &[(u32, bool)]) -> Result<Vec<bool>> {
+        bail!(
+            "clients that stop waiting are not carried by PostgreSQL (as its declaration \
+             in scenario/backends.rs says)"
+        )
     }
 
     fn setup(&mut self, _run: u32, setup: &Setup<'_>) -> Result<()> {
@@ -315,62 +300,6 @@ impl Wire for PgWire {
             .map_err(db)?;
         self.in_run = false;
         Ok(())
-    }
-
-    fn start_run(&mut self, workers: u32) -> Result<()> {
-        if !self.in_run {
-            // Every live worker, between runs.
-            self.told = self.tell(0, worker::RUN)?.0;
-            self.in_run = true;
-            return Ok(());
-        }
-        // A replacement process's workers, once they listen.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while self.live_after(self.told)? < i64::from(workers) {
-            if std::time::Instant::now() > deadline {
-                bail!("{workers} replacement workers did not join within 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        self.told = self.tell(self.told, worker::RUN)?.0;
-        Ok(())
-    }
-
-    fn idle(&mut self) -> Result<u32> {
-        let n: i32 = self.one("SELECT idle FROM cfg")?;
-        Ok(n as u32)
-    }
-
-    fn mark(&mut self) -> Result<PgMark> {
-        let now = self.raw_mark()?;
-        let c = &self.carried;
-        Ok(PgMark {
-            calls: now.calls + c.calls,
-            ms: now.ms + c.ms,
-            lsn: now.lsn,
-            cpu_s: now.cpu_s.map(|a| a + c.cpu_s.unwrap_or(0.0)),
-        })
-    }
-
-    fn cost_since(&mut self, before: PgMark) -> Result<ServerCost> {
-        let wal: f64 = self
-            .client
-            .query_one(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::text::pg_lsn)::float8",
-                &[&before.lsn],
-            )
-            .map_err(db)?
-            .get(0);
-        let after = self.mark()?;
-        let calls = (after.calls - before.calls).max(0);
-        Ok(ServerCost {
-            us_per_call: (self.statements.is_some() && calls > 0)
-                .then(|| (after.ms - before.ms) * 1e3 / calls as f64),
-            cpu_s: after.cpu_s.zip(before.cpu_s).map(|(a, b)| a - b),
-            calls: calls as u64,
-            bytes: None,
-            wal_bytes: Some(wal as u64),
-        })
     }
 
     fn now_us(&mut self) -> Result<u64> {
@@ -432,24 +361,6 @@ impl Wire for PgWire {
         Ok(heard)
     }
 
-    fn stop_workers(&mut self, _workers: u32) -> Result<()> {
-        self.in_run = false;
-        self.tell(0, worker::STOP).map(drop)
-    }
-
-    fn left(&mut self) -> Result<u32> {
-        let n: i64 = self.one("SELECT count(*) FROM figures")?;
-        Ok(n as u32)
-    }
-
-    fn figures(&mut self) -> Result<Vec<String>> {
-        let rows = self
-            .client
-            .query("SELECT text FROM figures", &[])
-            .map_err(db)?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
     fn stamps(&mut self) -> Result<Vec<Stamp>> {
         let rows = self
             .client
@@ -489,11 +400,6 @@ impl Wire for PgWire {
         Ok(out)
     }
 
-    fn renewals(&mut self) -> Result<u64> {
-        let n: i64 = self.one("SELECT coalesce(sum(renewed), 0)::bigint FROM job")?;
-        Ok(n as u64)
-    }
-
     fn halt(&mut self) -> Result<()> {
         self.client
             .execute("SELECT noisylab_halt()", &[])
@@ -501,8 +407,90 @@ impl Wire for PgWire {
         Ok(())
     }
 
-    fn leases(&self) -> bool {
-        true
+    fn reap(&mut self) -> Result<()> {
+        self.client
+            .execute("SELECT noisylab_reap()", &[])
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn end_run(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl Crew for PgWire {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn lab_id(&self) -> &str {
+        &self.id
+    }
+
+    fn joined(&mut self) -> Result<u32> {
+        let n: i64 =
+            self.one("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM worker_ready")?;
+        Ok(n as u32)
+    }
+
+    fn start_run(&mut self, workers: u32) -> Result<()> {
+        if !self.in_run {
+            // Every live worker, between runs.
+            self.told = self.tell(0, worker::RUN)?.0;
+            self.in_run = true;
+            return Ok(());
+        }
+        // A replacement process's workers, once they listen.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.live_after(self.told)? < i64::from(workers) {
+            if std::time::Instant::now() > deadline {
+                bail!("{workers} replacement workers did not join within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.told = self.tell(self.told, worker::RUN)?.0;
+        Ok(())
+    }
+
+    fn idle(&mut self) -> Result<u32> {
+        let n: i32 = self.one("SELECT idle FROM cfg")?;
+        Ok(n as u32)
+    }
+
+    fn stop_workers(&mut self, _workers: u32) -> Result<()> {
+        self.in_run = false;
+        self.tell(0, worker::STOP).map(drop)
+    }
+
+    fn left(&mut self) -> Result<u32> {
+        let n: i64 = self.one("SELECT count(*) FROM figures")?;
+        Ok(n as u32)
+    }
+
+    fn figures(&mut self) -> Result<Vec<String>> {
+        let rows = self
+            .client
+            .query("SELECT text FROM figures", &[])
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn quit(&mut self, _workers: u32) {
+        let _ = self.tell(0, worker::QUIT);
+        let _ = self
+            .client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+    }
+}
+
+impl Lifecycle for PgWire {
+    fn kind(&self) -> ServerKind {
+        ServerKind::Postgres
+    }
+
+    fn version(&self) -> &str {
+        &self.version
     }
 
     fn drop_workers(&mut self) -> Result<u64> {
@@ -562,23 +550,46 @@ impl Wire for PgWire {
             server::PROMISE
         }
     }
+}
 
-    fn reap(&mut self) -> Result<()> {
-        self.client
-            .execute("SELECT noisylab_reap()", &[])
-            .map_err(db)?;
-        Ok(())
+impl Meter for PgWire {
+    type Mark = PgMark;
+
+    fn mark(&mut self) -> Result<PgMark> {
+        let now = self.raw_mark()?;
+        let c = &self.carried;
+        Ok(PgMark {
+            calls: now.calls + c.calls,
+            ms: now.ms + c.ms,
+            lsn: now.lsn,
+            cpu_s: now.cpu_s.map(|a| a + c.cpu_s.unwrap_or(0.0)),
+        })
     }
 
-    fn end_run(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn quit(&mut self, _workers: u32) {
-        let _ = self.tell(0, worker::QUIT);
-        let _ = self
+    fn cost_since(&mut self, before: PgMark) -> Result<ServerCost> {
+        let wal: f64 = self
             .client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::text::pg_lsn)::float8",
+                &[&before.lsn],
+            )
+            .map_err(db)?
+            .get(0);
+        let after = self.mark()?;
+        let calls = (after.calls - before.calls).max(0);
+        Ok(ServerCost {
+            us_per_call: (self.statements.is_some() && calls > 0)
+                .then(|| (after.ms - before.ms) * 1e3 / calls as f64),
+            cpu_s: after.cpu_s.zip(before.cpu_s).map(|(a, b)| a - b),
+            calls: calls as u64,
+            bytes: None,
+            wal_bytes: Some(wal as u64),
+        })
+    }
+
+    fn renewals(&mut self) -> Result<u64> {
+        let n: i64 = self.one("SELECT coalesce(sum(renewed), 0)::bigint FROM job")?;
+        Ok(n as u64)
     }
 }
 

@@ -18,7 +18,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use redis::{Client, Connection, cmd};
 
 use super::coordinator::{Coordinator, lab_id};
-use super::wire::{ServerCost, Setup, Stamp, Submit, Wire, queue_name};
+use super::wire::{Calls, Crew, Lifecycle, Meter, ServerCost, Setup, Stamp, Submit, queue_name};
 use super::{ServerKind, ServerPlan, Target};
 use crate::scenario::Queue;
 use server::OwnedServer;
@@ -164,30 +164,7 @@ impl RedisWire {
     }
 }
 
-impl Wire for RedisWire {
-    type Mark = ServerStats;
-
-    fn kind(&self) -> ServerKind {
-        ServerKind::Redis
-    }
-
-    fn version(&self) -> &str {
-        &self.version
-    }
-
-    fn url(&self) -> &str {
-        &self.url
-    }
-
-    fn lab_id(&self) -> &str {
-        &self.id
-    }
-
-    fn joined(&mut self) -> Result<u32> {
-        let key = format!("{}joined", self.lab);
-        self.get(&key)
-    }
-
+impl Calls for RedisWire {
     fn setup(&mut self, run: u32, setup: &Setup<'_>) -> Result<()> {
         self.p = format!("{}{run}:", self.lab);
         let s = setup.strategy;
@@ -221,31 +198,6 @@ impl Wire for RedisWire {
             .arg(durations.join(","))
             .query::<()>(&mut self.con)?;
         Ok(())
-    }
-
-    fn start_run(&mut self, workers: u32) -> Result<()> {
-        let (key, p) = (format!("{}runs", self.lab), self.p.clone());
-        self.push_n(&key, &p, workers)
-    }
-
-    fn idle(&mut self) -> Result<u32> {
-        let key = format!("{}idle", self.p);
-        self.get(&key)
-    }
-
-    fn mark(&mut self) -> Result<ServerStats> {
-        self.stats()
-    }
-
-    fn cost_since(&mut self, before: ServerStats) -> Result<ServerCost> {
-        let after = self.stats()?;
-        Ok(ServerCost {
-            us_per_call: Some(after.per_call_us(&before)),
-            cpu_s: Some(after.cpu_s - before.cpu_s),
-            calls: after.round_trips.saturating_sub(before.round_trips),
-            bytes: Some(after.bytes.saturating_sub(before.bytes)),
-            wal_bytes: None,
-        })
     }
 
     fn now_us(&mut self) -> Result<u64> {
@@ -292,6 +244,73 @@ impl Wire for RedisWire {
         Ok(end.is_some())
     }
 
+    fn stamps(&mut self) -> Result<Vec<Stamp>> {
+        let log: Vec<String> = cmd("LRANGE")
+            .arg(format!("{}log", self.p))
+            .arg(0)
+            .arg(-1)
+            .query(&mut self.con)?;
+        log.iter().map(|line| stamp(line)).collect()
+    }
+
+    fn halt(&mut self) -> Result<()> {
+        self.fcall("noisylab_halt", &[]).map(drop)
+    }
+
+    fn abandon(&mut self, jobs: &[(u32, bool)]) -> Result<Vec<bool>> {
+        let mut pipe = redis::pipe();
+        for &(job, cancel) in jobs {
+            pipe.cmd("FCALL")
+                .arg("noisylab_abandon")
+                .arg(0)
+                .arg(&self.p)
+                .arg(job)
+                .arg(u8::from(cancel));
+        }
+        let waiting: Vec<i64> = pipe.query(&mut self.con)?;
+        Ok(waiting.into_iter().map(|w| w == 1).collect())
+    }
+
+    fn reap(&mut self) -> Result<()> {
+        self.fcall("noisylab_reap", &[]).map(drop)
+    }
+
+    fn end_run(&mut self) -> Result<()> {
+        let p = self.p.clone();
+        self.delete(&p)?;
+        if self.durability().is_some() {
+            // The file rewritten from what is left, so the next run's
+            // restart loads its own run's writes, not every run's before.
+            self.rewrite_file()?;
+        }
+        Ok(())
+    }
+}
+
+impl Crew for RedisWire {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn lab_id(&self) -> &str {
+        &self.id
+    }
+
+    fn joined(&mut self) -> Result<u32> {
+        let key = format!("{}joined", self.lab);
+        self.get(&key)
+    }
+
+    fn start_run(&mut self, workers: u32) -> Result<()> {
+        let (key, p) = (format!("{}runs", self.lab), self.p.clone());
+        self.push_n(&key, &p, workers)
+    }
+
+    fn idle(&mut self) -> Result<u32> {
+        let key = format!("{}idle", self.p);
+        self.get(&key)
+    }
+
     fn stop_workers(&mut self, workers: u32) -> Result<()> {
         let key = format!("{}wake", self.p);
         self.push_n(&key, worker::STOP, workers)
@@ -311,28 +330,21 @@ impl Wire for RedisWire {
             .query(&mut self.con)?)
     }
 
-    fn stamps(&mut self) -> Result<Vec<Stamp>> {
-        let log: Vec<String> = cmd("LRANGE")
-            .arg(format!("{}log", self.p))
-            .arg(0)
-            .arg(-1)
-            .query(&mut self.con)?;
-        log.iter().map(|line| stamp(line)).collect()
+    fn quit(&mut self, workers: u32) {
+        let key = format!("{}runs", self.lab);
+        let _ = self.push_n(&key, worker::QUIT, workers);
+        let lab = self.lab.clone();
+        let _ = self.delete(&lab);
+    }
+}
+
+impl Lifecycle for RedisWire {
+    fn kind(&self) -> ServerKind {
+        ServerKind::Redis
     }
 
-    fn renewals(&mut self) -> Result<u64> {
-        let n: Option<u64> = cmd("GET")
-            .arg(format!("{}renewed", self.p))
-            .query(&mut self.con)?;
-        Ok(n.unwrap_or(0))
-    }
-
-    fn halt(&mut self) -> Result<()> {
-        self.fcall("noisylab_halt", &[]).map(drop)
-    }
-
-    fn leases(&self) -> bool {
-        true
+    fn version(&self) -> &str {
+        &self.version
     }
 
     fn drop_workers(&mut self) -> Result<u64> {
@@ -351,20 +363,6 @@ impl Wire for RedisWire {
         }
         let killed: Vec<u64> = pipe.query(&mut self.con)?;
         Ok(killed.iter().sum())
-    }
-
-    fn abandon(&mut self, jobs: &[(u32, bool)]) -> Result<Vec<bool>> {
-        let mut pipe = redis::pipe();
-        for &(job, cancel) in jobs {
-            pipe.cmd("FCALL")
-                .arg("noisylab_abandon")
-                .arg(0)
-                .arg(&self.p)
-                .arg(job)
-                .arg(u8::from(cancel));
-        }
-        let waiting: Vec<i64> = pipe.query(&mut self.con)?;
-        Ok(waiting.into_iter().map(|w| w == 1).collect())
     }
 
     fn restart(&mut self, down: Duration) -> Result<()> {
@@ -405,27 +403,31 @@ impl Wire for RedisWire {
             _ => server::PROMISE,
         }
     }
+}
 
-    fn reap(&mut self) -> Result<()> {
-        self.fcall("noisylab_reap", &[]).map(drop)
+impl Meter for RedisWire {
+    type Mark = ServerStats;
+
+    fn mark(&mut self) -> Result<ServerStats> {
+        self.stats()
     }
 
-    fn end_run(&mut self) -> Result<()> {
-        let p = self.p.clone();
-        self.delete(&p)?;
-        if self.durability().is_some() {
-            // The file rewritten from what is left, so the next run's
-            // restart loads its own run's writes, not every run's before.
-            self.rewrite_file()?;
-        }
-        Ok(())
+    fn cost_since(&mut self, before: ServerStats) -> Result<ServerCost> {
+        let after = self.stats()?;
+        Ok(ServerCost {
+            us_per_call: Some(after.per_call_us(&before)),
+            cpu_s: Some(after.cpu_s - before.cpu_s),
+            calls: after.round_trips.saturating_sub(before.round_trips),
+            bytes: Some(after.bytes.saturating_sub(before.bytes)),
+            wal_bytes: None,
+        })
     }
 
-    fn quit(&mut self, workers: u32) {
-        let key = format!("{}runs", self.lab);
-        let _ = self.push_n(&key, worker::QUIT, workers);
-        let lab = self.lab.clone();
-        let _ = self.delete(&lab);
+    fn renewals(&mut self) -> Result<u64> {
+        let n: Option<u64> = cmd("GET")
+            .arg(format!("{}renewed", self.p))
+            .query(&mut self.con)?;
+        Ok(n.unwrap_or(0))
     }
 }
 
