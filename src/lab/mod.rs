@@ -305,9 +305,10 @@ fn needs(s: &Scenario) -> Vec<(String, Capability)> {
             out.push((at.clone(), Capability::KeyTurns));
         }
         if let Some(traffic) = limits::traffic_plan(s, strategy) {
-            let need = match traffic.has_front_door() {
-                true => Capability::FrontDoor,
-                false => Capability::Clients,
+            let need = if traffic.has_front_door() {
+                Capability::FrontDoor
+            } else {
+                Capability::Clients
             };
             out.push((at, need));
         }
@@ -337,9 +338,10 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
     }
     for (at, need) in needs(s) {
         if !declared.carries(need, on_model) {
-            let clock = match declared.models() {
-                true => " on real timers",
-                false => "",
+            let clock = match (declared.models(), on_model) {
+                (false, _) => "",
+                (true, false) => " on real timers",
+                (true, true) => " on the virtual clock",
             };
             anyhow::bail!(
                 "{at}: {}: not carried by the {} backend{clock} (carried by: {})",

@@ -250,9 +250,10 @@ pub fn carried_by(what: Capability) -> String {
             out.push(format!("{} on the virtual clock", b.name));
         }
     }
-    match out.is_empty() {
-        true => "no backend".into(),
-        false => out.join(", "),
+    if out.is_empty() {
+        "no backend".into()
+    } else {
+        out.join(", ")
     }
 }
 

@@ -89,10 +89,7 @@ fn generate(spec: &str) -> String {
     for filter in parts {
         text = apply(filter, &text, spec);
     }
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
-    text
+    ensure_newline(&text)
 }
 
 fn apply(filter: &str, text: &str, spec: &str) -> String {
