@@ -30,7 +30,8 @@
 //! 6. `results`: the data model of a lab's figures.
 //! 7. `backend`: where a run's queue lives: the engine in this process, or
 //!    a queue server (functions inside Redis, SQL functions over a
-//!    PostgreSQL job table) with workers in other processes.
+//!    PostgreSQL job table) with workers in other processes, or a team's
+//!    own queue over HTTP.
 //! 8. `lab`, `store`, `reference`: running a lab and summarising it; results
 //!    files on disk; the post's figures.
 //! 9. `validate`: the post's claims checked against results.

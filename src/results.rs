@@ -301,6 +301,32 @@ pub struct Figures {
     /// under `queue`: read them with [`Figures::fault_figures`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub faults: Option<FaultFigures>,
+    /// On a team's own queue: what crossed the protocol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carrier: Option<CarrierFigures>,
+}
+
+/// On a team's own queue (`--backend http://…`): what crossed the
+/// protocol (docs/your-queue.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CarrierFigures {
+    /// Jobs the queue accepted (answered 2xx).
+    pub accepted: u64,
+    /// Jobs the queue refused (429 or 503): counted as refused by its
+    /// limit in the delivery figures too.
+    pub refused: u64,
+    /// Posts answered with any other status, or not at all: left out of
+    /// every other figure.
+    pub errors: u64,
+    /// Jobs accepted whose start or end no worker reported before the run
+    /// ended: the queue's promise broken.
+    pub lost: u64,
+    /// Reports of a start or an end already reported (a job run twice, or
+    /// a worker reporting again).
+    pub duplicate_reports: u64,
+    /// Reports refused: without the run's secret, or naming no job of it.
+    pub refused_reports: u64,
 }
 
 impl Figures {
@@ -316,7 +342,7 @@ impl Figures {
 /// before clients could retry have the defaults). A job is one request of a
 /// tenant; each time its client sends it is an attempt. The outcomes part
 /// the jobs: `unique_jobs` = `completed` + `given_up` + `rejected` +
-/// `timed_out`.
+/// `timed_out` + `unfinished`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Delivery {
@@ -349,6 +375,15 @@ pub struct Delivery {
     /// Jobs completed, and their output tokens, per second of lab time.
     pub goodput_jobs_per_s: f64,
     pub goodput_tokens_out_per_s: f64,
+    /// Jobs that never ended: on a team's own queue, posts that failed and
+    /// jobs accepted that no worker reported ended (an interrupted run's
+    /// unfinished jobs too); 0 elsewhere, and left out of the file.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unfinished: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Attempts refused at each layer.

@@ -371,6 +371,7 @@ impl<W: Wire> Coordinator<W> {
             redelivered,
             ran_twice,
             faults,
+            carried: None,
         })
     }
 

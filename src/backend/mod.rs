@@ -20,6 +20,9 @@
 //! - [`faults`]: a scenario's `[[fault]]` as timed actions on the worker
 //!   processes and the server;
 //! - [`process`]: starting servers and workers as child processes;
+//! - [`yours`]: a team's own queue over HTTP: jobs posted to its enqueue
+//!   endpoint, its workers' start and end reports collected; its
+//!   discipline is its own;
 //! - [`Given`]: a backend from outside this module, declared by what it
 //!   carries: for instance one that only carries jobs, whose discipline is
 //!   someone else's and whose workers report each job's start and end
@@ -38,13 +41,14 @@ pub mod redis;
 pub mod relay;
 pub mod wire;
 pub mod worker;
+pub mod yours;
 
 use std::sync::atomic::AtomicBool;
 
 use crate::engine::clock::{Drivers, RealClock, Timer, VirtualClock, runtime};
 use crate::engine::lateness::Lateness;
 use crate::engine::{self, JobRecord, Pool, RunStats};
-use crate::results::{BackendFacts, FaultFigures};
+use crate::results::{BackendFacts, CarrierFigures, FaultFigures};
 use crate::scenario::backends::{self, Declared};
 use crate::scenario::{Scenario, Strategy};
 use crate::sched::AnyScheduler;
@@ -57,6 +61,8 @@ pub enum QueueBackend {
     InProcess,
     /// A queue server (Redis, PostgreSQL), workers in their own processes.
     Server(ServerPlan),
+    /// A team's own queue, reached over HTTP (`--backend http://…`).
+    Yours(yours::YoursPlan),
     /// A backend given by the library's user (a test's), declared by what
     /// it carries: for instance one that only carries jobs, whose
     /// discipline belongs to someone else.
@@ -231,6 +237,8 @@ pub struct RunRecord {
     /// With leases: what the faults did (on a server, from its stamps; in
     /// this process, simulated).
     pub faults: Option<FaultFigures>,
+    /// On a team's own queue: what crossed the protocol.
+    pub carried: Option<CarrierFigures>,
 }
 
 /// What a run on a queue server measured beside its records: the workers'
@@ -336,6 +344,7 @@ impl Backend for InProcess {
             redelivered,
             ran_twice,
             faults,
+            carried: None,
         })
     }
 }

@@ -193,6 +193,14 @@ pub fn validate(opts: &ValidateOpts) -> Result<i32> {
         crate::report::validation::render_model(&model, &results, UTF8_FULL_CONDENSED)
     );
     print!("{}", crate::report::validation::render_causes(&results));
+    let behaviour = crate::validate::behaves::nearest(&results);
+    if !behaviour.is_empty() {
+        println!();
+        print!(
+            "{}",
+            crate::report::validation::render_behaviour(&behaviour, UTF8_FULL_CONDENSED)
+        );
+    }
     let seeds = crate::validate::bands::DEFAULT_SEEDS;
     let model_lab = crate::validate::bands::model_lab(&results.scenario, seeds);
     let v = crate::validate::validate_with(&results, &reference, Some(&model_lab));

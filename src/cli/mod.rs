@@ -314,6 +314,11 @@ fn parse_fault(text: &str) -> Result<crate::scenario::Fault, String> {
 fn parse_backend(text: &str) -> Result<QueueBackend, String> {
     use crate::backend::{ServerKind, ServerPlan, Target};
     let (declared, url) = crate::scenario::backends::parse(text)?;
+    if let (true, Some(url)) = (declared == &crate::scenario::backends::HTTP, url) {
+        return Ok(QueueBackend::Yours(crate::backend::yours::YoursPlan::new(
+            url,
+        )));
+    }
     let Some(server) = ServerKind::of(declared) else {
         return Ok(QueueBackend::InProcess);
     };
@@ -394,8 +399,8 @@ impl RunOpts {
             (QueueBackend::InProcess, Some(_)) => anyhow::bail!(
                 "--processes goes with a queue server (--backend redis or --backend postgres)"
             ),
-            (QueueBackend::InProcess | QueueBackend::Other(_), None) => {}
-            (QueueBackend::Other(_), Some(_)) => {
+            (QueueBackend::InProcess | QueueBackend::Yours(_) | QueueBackend::Other(_), None) => {}
+            (QueueBackend::Yours(_) | QueueBackend::Other(_), Some(_)) => {
                 anyhow::bail!("--processes goes with a queue server")
             }
         }

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::results::{
-    ClassFaults, ClassFigures, Delivery, Fairness, FaultFigures, FaultRecovery, Figures,
-    QueueFigures, Refused, RunResult, Slowdown, StrategyResults, TenantFigures,
+    CarrierFigures, ClassFaults, ClassFigures, Delivery, Fairness, FaultFigures, FaultRecovery,
+    Figures, QueueFigures, Refused, RunResult, Slowdown, StrategyResults, TenantFigures,
 };
 use crate::scenario::Strategy;
 use crate::stats::{Percentiles, median};
@@ -110,7 +110,27 @@ fn combine(runs: &[&Figures], pick: Pick) -> Figures {
         delivery: combine_delivery(runs.iter().map(|r| &r.delivery), pick),
         queue: combine_queue(runs, pick),
         faults: combine_faults(runs, pick),
+        carrier: combine_carrier(runs, pick),
     }
+}
+
+/// `pick` of each of a team's queue's counts across the runs that have them.
+fn combine_carrier(runs: &[&Figures], pick: Pick) -> Option<CarrierFigures> {
+    let cs: Vec<&CarrierFigures> = runs.iter().filter_map(|r| r.carrier.as_ref()).collect();
+    if cs.is_empty() {
+        return None;
+    }
+    let count = |get: &dyn Fn(&CarrierFigures) -> u64| {
+        pick_all(cs.iter().map(|c| get(c) as f64), pick).round() as u64
+    };
+    Some(CarrierFigures {
+        accepted: count(&|c| c.accepted),
+        refused: count(&|c| c.refused),
+        errors: count(&|c| c.errors),
+        lost: count(&|c| c.lost),
+        duplicate_reports: count(&|c| c.duplicate_reports),
+        refused_reports: count(&|c| c.refused_reports),
+    })
 }
 
 /// `pick` of each queue figure across the runs that have them.
@@ -220,6 +240,7 @@ fn combine_delivery<'a>(ds: impl Iterator<Item = &'a Delivery> + Clone, pick: Pi
         completed: count(&|d| d.completed),
         given_up: count(&|d| d.given_up),
         timed_out: count(&|d| d.timed_out),
+        unfinished: count(&|d| d.unfinished),
         refused: Refused {
             limit: count(&|d| d.refused.limit),
             rate: count(&|d| d.refused.rate),

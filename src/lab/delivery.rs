@@ -64,7 +64,7 @@ pub fn measure(
             Some(Outcome::GivenUp) => d.given_up += 1,
             Some(Outcome::Rejected) => {}
             Some(Outcome::TimedOut) => d.timed_out += 1,
-            None => {}
+            None => d.unfinished += 1,
         }
     }
     let lab_s = (stats.end as f64 / 1e9).max(f64::MIN_POSITIVE);
@@ -105,7 +105,7 @@ fn outcome(fate: Fate, retrying: bool) -> Option<Outcome> {
 
 /// Jobs refused and never answered: a non-retrying client's refusals.
 pub fn rejected(d: &Delivery) -> u64 {
-    d.unique_jobs - d.completed - d.given_up - d.timed_out
+    d.unique_jobs - d.completed - d.given_up - d.timed_out - d.unfinished
 }
 
 fn refused_at(r: &mut Refused, layer: Refusal) -> &mut u64 {
@@ -124,6 +124,7 @@ fn add(total: &mut Delivery, d: &Delivery) {
     total.completed += d.completed;
     total.given_up += d.given_up;
     total.timed_out += d.timed_out;
+    total.unfinished += d.unfinished;
     total.refused.limit += d.refused.limit;
     total.refused.rate += d.refused.rate;
     total.refused.budget += d.refused.budget;

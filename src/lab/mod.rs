@@ -325,6 +325,7 @@ fn check_backend(plan: &LabPlan) -> Result<()> {
     let declared = match &plan.backend {
         QueueBackend::InProcess => &backends::IN_PROCESS,
         QueueBackend::Server(server) => server.server.declared(),
+        QueueBackend::Yours(_) => &backends::HTTP,
         QueueBackend::Other(given) => given.declared,
     };
     if on_model && !declared.models() {
@@ -398,6 +399,7 @@ fn open_backend(plan: &LabPlan, real: Option<&RealContext>) -> Result<Box<dyn Ba
         (_, None) => Box::new(InProcess::Virtual),
         (QueueBackend::InProcess, Some(r)) => Box::new(InProcess::real(plan.timer, r.margin())?),
         (QueueBackend::Server(server), Some(_)) => server.open(&plan.scenario)?,
+        (QueueBackend::Yours(yours), Some(_)) => yours.open()?,
         (QueueBackend::Other(given), Some(_)) => (given.open)(&plan.scenario)?,
     })
 }

@@ -134,6 +134,7 @@ pub fn run(
             recovery: super::recovery::across_faults(scenario, &population, jobs),
             ..f
         }),
+        carrier: record.carried,
     };
     let raw = keep_raw.then(|| raw_run(&m, pool, jobs, stats, &per_tenant));
     RunResult {

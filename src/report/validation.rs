@@ -399,3 +399,56 @@ pub fn late_jobs(l: &Lateness) -> String {
         l.threshold_ms
     )
 }
+
+/// Which of the post's strategies a queue with a discipline of its own
+/// behaves like: its figures beside the model's under each, nearest first.
+pub fn render_behaviour(b: &[crate::validate::behaves::Behaviour], style: TableStyle) -> String {
+    use crate::validate::behaves::Compared;
+    let mut out = String::new();
+    let cells = |c: &Compared| {
+        vec![
+            ms(c.normal_p50_ms),
+            ms(c.normal_p95_ms),
+            ms(c.normal_p99_ms),
+            c.noisy_done_s
+                .map_or_else(|| "n/a".into(), |s| format!("{} s", crate::units::sig3(s))),
+            c.rejected.to_string(),
+        ]
+    };
+    for run in b {
+        let Some(nearest) = run.candidates.first() else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "{}: your queue behaves most like {:?} (distance {:.2}: the mean |ln ratio| of the \
+             neighbours' wait p50, p95 and p99 + 1 ms, the noisy tenant's time to finish + 0.1 s \
+             and the jobs rejected + 1; the post's strategies on the model, same seeds and runs)\n",
+            run.run, nearest.strategy, nearest.distance
+        );
+        let mut t = Table::new();
+        t.load_style(style);
+        t.set_header(vec![
+            "",
+            "Distance",
+            "Normal p50",
+            "Normal p95",
+            "Normal p99",
+            "Noisy done",
+            "Rejected",
+        ]);
+        let mut row = vec!["Your queue, measured".to_string(), String::new()];
+        row.extend(cells(&run.measured));
+        t.add_row(row);
+        for c in &run.candidates {
+            let mut row = vec![
+                format!("Model: {}", c.strategy),
+                format!("{:.2}", c.distance),
+            ];
+            row.extend(cells(&c.model));
+            t.add_row(row);
+        }
+        let _ = writeln!(out, "{t}");
+    }
+    out
+}

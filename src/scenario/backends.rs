@@ -77,6 +77,10 @@ pub struct Declared {
     pub yours: &'static str,
     /// `[backend]` options a server of the lab's own takes.
     pub own_options: &'static [&'static str],
+    /// A queue server the lab starts worker processes for (`--processes`,
+    /// `noisylab worker`); otherwise its workers are its own or someone
+    /// else's.
+    pub server: bool,
     /// What it carries on real timers.
     pub carries: &'static [Capability],
     /// What it carries on the virtual clock (the model); empty: it runs on
@@ -102,7 +106,12 @@ impl Declared {
 
     /// Whether it is a queue server (with worker processes).
     pub fn is_server(&self) -> bool {
-        !self.schemes.is_empty()
+        self.server
+    }
+
+    /// Whether its name alone runs it (else it needs a URL).
+    pub fn runs_by_name(&self) -> bool {
+        !self.own.is_empty()
     }
 }
 
@@ -116,6 +125,7 @@ pub const IN_PROCESS: Declared = Declared {
     own: "this process's engine (on the virtual clock: the model)",
     yours: "",
     own_options: &[],
+    server: false,
     carries: &[
         Capability::Discipline,
         Capability::Clients,
@@ -145,6 +155,7 @@ pub const REDIS: Declared = Declared {
     own: "a Redis server the lab starts and stops",
     yours: "an existing server; the lab's keys are deleted at the end",
     own_options: &["append_only"],
+    server: true,
     carries: &[
         Capability::Discipline,
         Capability::ServerClock,
@@ -169,6 +180,7 @@ pub const POSTGRES: Declared = Declared {
     own: "a PostgreSQL cluster the lab makes, starts and stops",
     yours: "an existing database; the lab's schema is dropped at the end",
     own_options: &["fsync"],
+    server: true,
     carries: &[
         Capability::Discipline,
         Capability::ServerClock,
@@ -182,14 +194,36 @@ pub const POSTGRES: Declared = Declared {
     on_the_model: &[],
 };
 
+/// A team's own queue, reached over HTTP: noisylab plays the arrivals and
+/// posts each job to the queue's enqueue endpoint; the queue's own workers
+/// run it and report its start and end to the run's collector
+/// (docs/your-queue.md). Its discipline is the queue's own: it carries
+/// nothing beyond the core.
+pub const HTTP: Declared = Declared {
+    name: "http",
+    title: "HTTP",
+    schemes: &["http://"],
+    url_form: Some("http://HOST:PORT/PATH"),
+    own: "",
+    yours: "your queue's enqueue endpoint: noisylab posts each job there, your workers \
+            report its start and end (docs/your-queue.md)",
+    own_options: &[],
+    server: false,
+    carries: &[],
+    on_the_model: &[],
+};
+
 /// Every backend, in the order help lists them.
-pub const BACKENDS: [&Declared; 3] = [&IN_PROCESS, &REDIS, &POSTGRES];
+pub const BACKENDS: [&Declared; 4] = [&IN_PROCESS, &REDIS, &POSTGRES, &HTTP];
 
 /// The names and URL forms `--backend` and `[backend] url` take.
 pub fn allowed() -> String {
     BACKENDS
         .iter()
-        .flat_map(|b| std::iter::once(b.name).chain(b.url_form))
+        .flat_map(|b| {
+            let name = b.runs_by_name().then_some(b.name);
+            name.into_iter().chain(b.url_form)
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -198,6 +232,13 @@ pub fn allowed() -> String {
 /// own; or the one-line reason it names none.
 pub fn parse(text: &str) -> Result<(&'static Declared, Option<&str>), String> {
     for b in BACKENDS {
+        if text == b.name && !b.runs_by_name() {
+            let form = b.url_form.unwrap_or_default();
+            return Err(format!(
+                "backend {text:?} needs a URL: {form} ({})",
+                b.yours
+            ));
+        }
         if text == b.name {
             return Ok((b, None));
         }
@@ -212,6 +253,7 @@ pub fn parse(text: &str) -> Result<(&'static Declared, Option<&str>), String> {
 /// give, and what it does not carry.
 pub fn help() -> String {
     let every = [
+        Capability::Discipline,
         Capability::Clients,
         Capability::KeyTurns,
         Capability::FrontDoor,
@@ -219,9 +261,12 @@ pub fn help() -> String {
     ];
     let mut out = String::from("Where the queue lives:");
     for b in BACKENDS {
-        out.push_str(&format!("\n- {}: {}", b.name, b.own));
-        if let Some(form) = b.url_form {
-            out.push_str(&format!("; {form}: {}", b.yours));
+        match (b.runs_by_name(), b.url_form) {
+            (true, Some(form)) => {
+                out.push_str(&format!("\n- {}: {}; {form}: {}", b.name, b.own, b.yours))
+            }
+            (true, None) => out.push_str(&format!("\n- {}: {}", b.name, b.own)),
+            (false, form) => out.push_str(&format!("\n- {}: {}", form.unwrap_or(b.name), b.yours)),
         }
         let missing: Vec<String> = every
             .iter()
@@ -272,7 +317,17 @@ mod tests {
         assert_eq!(
             parse("rabbit").unwrap_err(),
             "unknown backend \"rabbit\"; allowed: in-process, redis, redis://HOST:PORT[/DB], \
-             postgres, postgres://USER@HOST:PORT/DB"
+             postgres, postgres://USER@HOST:PORT/DB, http://HOST:PORT/PATH"
+        );
+        assert!(
+            parse("http").unwrap_err().starts_with(
+                "backend \"http\" needs a URL: http://HOST:PORT/PATH (your queue's enqueue"
+            ),
+            "a team's queue is reached by its URL only"
+        );
+        assert_eq!(
+            parse("http://127.0.0.1:8000/jobs"),
+            Ok((&HTTP, Some("http://127.0.0.1:8000/jobs")))
         );
         assert_eq!(
             carried_by(Capability::KeyTurns),

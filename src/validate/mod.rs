@@ -9,6 +9,7 @@
 //! results give that strategy.
 
 pub mod bands;
+pub mod behaves;
 pub mod model;
 
 use std::fmt;

@@ -1,0 +1,184 @@
+//! The collector: the HTTP endpoint a team's workers report each job's
+//! start and end to, stamped on this process's clock as they arrive.
+//!
+//! A report is `POST /start` or `POST /end` with the JSON body
+//! `{"run": …, "job": …, "attempt": …, "secret": …}`, the values the job
+//! was posted with. One with a wrong run or secret, or naming no job of the
+//! run, is answered 403 or 404 and counted, never stamped; a body over
+//! [`MAX_BODY`] bytes is answered 413. The first start and the first end of
+//! a job count; a later one is counted as a duplicate.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow};
+use serde::Deserialize;
+
+use crate::engine::{NEVER, Nanos};
+
+/// The largest report body read; a report is about 100 bytes.
+pub const MAX_BODY: usize = 4096;
+
+/// What the reports said so far, by job.
+#[derive(Debug)]
+pub struct Reports {
+    pub started: Vec<Nanos>,
+    pub ended: Vec<Nanos>,
+    /// Jobs with an end reported.
+    pub ends: usize,
+    pub duplicates: u64,
+    pub refused: u64,
+    /// When the last report was stamped.
+    pub last: Instant,
+}
+
+/// A report's body.
+#[derive(Deserialize)]
+struct Report {
+    run: String,
+    job: u64,
+    #[allow(dead_code)]
+    attempt: u32,
+    secret: String,
+}
+
+/// The collector of one run, listening until dropped.
+pub struct Collector {
+    server: Arc<tiny_http::Server>,
+    pub reports: Arc<Mutex<Reports>>,
+    done: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    /// The base URL reports go to (`http://ADDR`).
+    pub url: String,
+}
+
+impl Collector {
+    /// Listen on `listen` (a loopback address unless told otherwise) for
+    /// the reports of run `run`'s `jobs` jobs, stamped as lab time since
+    /// `origin`.
+    pub fn start(
+        listen: &str,
+        run: String,
+        secret: String,
+        jobs: usize,
+        origin: Instant,
+    ) -> Result<Collector> {
+        let server = tiny_http::Server::http(listen)
+            .map_err(|e| anyhow!("the collector cannot listen on {listen}: {e}"))?;
+        let addr = server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| anyhow!("the collector listens on no IP address"))?;
+        let server = Arc::new(server);
+        let reports = Arc::new(Mutex::new(Reports {
+            started: vec![NEVER; jobs],
+            ended: vec![NEVER; jobs],
+            ends: 0,
+            duplicates: 0,
+            refused: 0,
+            last: Instant::now(),
+        }));
+        let done = Arc::new(AtomicBool::new(false));
+        let key = Arc::new((run, secret));
+        let threads = (0..2)
+            .map(|_| {
+                let (server, reports, done, key) =
+                    (server.clone(), reports.clone(), done.clone(), key.clone());
+                std::thread::spawn(move || {
+                    while !done.load(Ordering::Relaxed) {
+                        match server.recv_timeout(Duration::from_millis(50)) {
+                            Ok(Some(request)) => serve(request, &reports, &key, origin),
+                            Ok(None) => {}
+                            Err(_) => break,
+                        }
+                    }
+                })
+            })
+            .collect();
+        Ok(Collector {
+            server,
+            reports,
+            done,
+            threads,
+            url: format!("http://{addr}"),
+        })
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        self.server.unblock();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Stamp one report, or refuse it, and answer.
+fn serve(
+    mut request: tiny_http::Request,
+    reports: &Mutex<Reports>,
+    key: &(String, String),
+    origin: Instant,
+) {
+    let at = origin.elapsed().as_nanos() as Nanos;
+    let start = match (request.method(), request.url()) {
+        (tiny_http::Method::Post, "/start") => true,
+        (tiny_http::Method::Post, "/end") => false,
+        _ => return answer(request, 404),
+    };
+    if request.body_length().is_some_and(|n| n > MAX_BODY) {
+        return answer(request, 413);
+    }
+    let mut body = Vec::with_capacity(128);
+    let read = request
+        .as_reader()
+        .take(MAX_BODY as u64 + 1)
+        .read_to_end(&mut body);
+    if read.is_err() || body.len() > MAX_BODY {
+        return answer(request, 413);
+    }
+    let status = match serde_json::from_slice::<Report>(&body) {
+        Err(_) => 400,
+        Ok(r) => stamp(&mut reports.lock().unwrap(), &r, key, start, at),
+    };
+    answer(request, status);
+}
+
+/// Stamp a parsed report: the status to answer with.
+fn stamp(r: &mut Reports, report: &Report, key: &(String, String), start: bool, at: Nanos) -> u16 {
+    if report.run != key.0 || report.secret != key.1 {
+        r.refused += 1;
+        return 403;
+    }
+    let Some(job) = usize::try_from(report.job)
+        .ok()
+        .filter(|&j| j < r.started.len())
+    else {
+        r.refused += 1;
+        return 404;
+    };
+    r.last = Instant::now();
+    let slot = if start {
+        &mut r.started[job]
+    } else {
+        &mut r.ended[job]
+    };
+    if *slot != NEVER {
+        r.duplicates += 1;
+        return 204;
+    }
+    *slot = at;
+    if !start {
+        r.ends += 1;
+    }
+    204
+}
+
+fn answer(request: tiny_http::Request, status: u16) {
+    let _ = request.respond(tiny_http::Response::empty(status));
+}

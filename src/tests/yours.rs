@@ -1,0 +1,196 @@
+//! A team's own queue over HTTP (`--backend http://…`,
+//! docs/your-queue.md): what the protocol's answers and reports count as.
+//! A queue written here misbehaves by job number: it refuses some jobs
+//! (429), fails some (500), accepts some it never runs, reports some
+//! starts twice, and beside every report sends one without the run's
+//! secret. Every count lands where the protocol page says.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use noisylab::backend::QueueBackend;
+use noisylab::backend::yours::YoursPlan;
+use noisylab::engine::Timer;
+use noisylab::lab::{self, LabPlan};
+use noisylab::output::progress::Progress;
+use noisylab::results::ClockKind;
+use noisylab::scenario::Scenario;
+
+/// What the queue does with job `n`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Treat {
+    Run,
+    Refuse,
+    Fail,
+    Lose,
+    StartTwice,
+}
+
+fn treat(n: u64) -> Treat {
+    match n % 10 {
+        1 => Treat::Refuse,
+        2 => Treat::Fail,
+        3 => Treat::Lose,
+        4 => Treat::StartTwice,
+        _ => Treat::Run,
+    }
+}
+
+/// POST `body` to `url` and read the status.
+fn post(agent: &ureq::Agent, url: &str, body: &serde_json::Value) -> u16 {
+    let mut r = agent
+        .post(url)
+        .header("content-type", "application/json")
+        .send(serde_json::to_vec(body).unwrap().as_slice())
+        .expect("the collector answers");
+    let _ = r.body_mut().read_to_vec();
+    r.status().as_u16()
+}
+
+/// The misbehaving queue: an enqueue endpoint on a free port and `workers`
+/// worker threads. Returns its URL.
+fn start_queue(workers: usize) -> String {
+    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/jobs", server.server_addr().to_ip().unwrap());
+    let (tx, rx) = mpsc::channel::<serde_json::Value>();
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+    for _ in 0..workers {
+        let rx = rx.clone();
+        std::thread::spawn(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .build()
+                .into();
+            loop {
+                let Ok(job) = rx.lock().unwrap().recv() else {
+                    return;
+                };
+                let report = job["report"].as_str().unwrap().to_string();
+                let id = serde_json::json!({
+                    "run": job["run"], "job": job["job"], "attempt": job["attempt"],
+                    "secret": job["secret"],
+                });
+                let forged = serde_json::json!({
+                    "run": job["run"], "job": job["job"], "attempt": 1, "secret": "guess",
+                });
+                assert_eq!(post(&agent, &format!("{report}/start"), &id), 204);
+                assert_eq!(post(&agent, &format!("{report}/start"), &forged), 403);
+                if treat(job["job"].as_u64().unwrap()) == Treat::StartTwice {
+                    assert_eq!(post(&agent, &format!("{report}/start"), &id), 204);
+                }
+                std::thread::sleep(Duration::from_secs_f64(
+                    job["hold_ms"].as_f64().unwrap() / 1e3,
+                ));
+                assert_eq!(post(&agent, &format!("{report}/end"), &id), 204);
+            }
+        });
+    }
+    std::thread::spawn(move || {
+        for mut request in server.incoming_requests() {
+            let mut body = String::new();
+            request.as_reader().read_to_string(&mut body).unwrap();
+            let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let status = match treat(job["job"].as_u64().unwrap()) {
+                Treat::Refuse => 429,
+                Treat::Fail => 500,
+                Treat::Lose => 202,
+                Treat::Run | Treat::StartTwice => {
+                    tx.send(job).unwrap();
+                    202
+                }
+            };
+            let _ = request.respond(tiny_http::Response::empty(status));
+        }
+    });
+    url
+}
+
+fn smoke_fifo() -> Scenario {
+    let mut s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
+    s.select(&["Shared FIFO".to_string()]).unwrap();
+    s
+}
+
+fn lab_on(url: &str, quiet: Duration) -> LabPlan {
+    LabPlan {
+        scenario: smoke_fifo(),
+        clock: ClockKind::Real,
+        timer: Timer::default(),
+        keep_raw: false,
+        backend: QueueBackend::Yours(YoursPlan {
+            quiet,
+            ..YoursPlan::new(url)
+        }),
+    }
+}
+
+#[test]
+fn every_answer_and_report_counts_where_the_protocol_says() {
+    let s = smoke_fifo();
+    let url = start_queue(s.workers as usize);
+    let plan = lab_on(&url, Duration::from_millis(500));
+    let outcome = lab::run(&plan, &AtomicBool::new(false), &Progress::hidden()).unwrap();
+    let figures = &outcome.results.strategies[0].runs[0].figures;
+    let jobs = noisylab::engine::load::plan(&s, s.seed).len() as u64;
+    let count = |t: Treat| (0..jobs).filter(|&n| treat(n) == t).count() as u64;
+    let carried = figures.carrier.expect("a team's queue's counts");
+    assert_eq!(carried.refused, count(Treat::Refuse));
+    assert_eq!(carried.errors, count(Treat::Fail));
+    assert_eq!(
+        carried.accepted,
+        jobs - count(Treat::Refuse) - count(Treat::Fail)
+    );
+    assert_eq!(carried.lost, count(Treat::Lose));
+    assert_eq!(carried.duplicate_reports, count(Treat::StartTwice));
+    let reported = jobs - count(Treat::Refuse) - count(Treat::Fail) - count(Treat::Lose);
+    assert_eq!(
+        carried.refused_reports, reported,
+        "one forged report a job run"
+    );
+    // Refusals are the queue's limit; failed posts and lost jobs never ended.
+    let d = &figures.delivery;
+    assert_eq!(d.refused.limit, count(Treat::Refuse));
+    assert_eq!(figures.rejected, count(Treat::Refuse));
+    assert_eq!(d.unfinished, count(Treat::Fail) + count(Treat::Lose));
+    assert_eq!(d.completed, reported);
+    assert_eq!(
+        d.attempts,
+        jobs - count(Treat::Fail),
+        "a failed post never entered"
+    );
+    let queue = figures.queue.as_ref().expect("the queue's costs");
+    assert!(queue.submit_rtt_us.p50 > 0.0, "{queue:?}");
+}
+
+#[test]
+fn a_queue_that_is_not_there_is_named_in_one_line() {
+    // A port just freed: nothing listens on it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/jobs");
+    let plan = lab_on(&url, Duration::from_millis(500));
+    let e = lab::run(&plan, &AtomicBool::new(false), &Progress::hidden()).unwrap_err();
+    let text = format!("{e:#}");
+    assert!(
+        text.starts_with(&format!("your queue at {url} is unreachable (")),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+}
+
+#[test]
+fn what_a_team_s_queue_does_not_run_is_refused_before_it_starts() {
+    let mut plan = lab_on("http://127.0.0.1:9/jobs", Duration::from_millis(500));
+    plan.scenario = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
+    let e = lab::run(&plan, &AtomicBool::new(false), &Progress::hidden()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "strategy[1] (\"Fair queue with cap of 2\"): noisylab's queue disciplines: not carried \
+         by the HTTP backend (carried by: in-process, redis, postgres)"
+    );
+}
