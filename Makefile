@@ -2,7 +2,7 @@
 CARGO ?= cargo
 BIN := target/release/noisylab
 
-.PHONY: lab lab-redis lab-postgres test build report bench calibrate bands docs
+.PHONY: lab lab-redis lab-postgres test build report bench calibrate bands docs shims
 
 build:
 	$(CARGO) build --release --locked
@@ -73,3 +73,12 @@ bands: build
 # one is out of date.
 docs:
 	NOISYLAB_WRITE_DOCS=1 $(CARGO) test --locked --test docs -- generated_blocks
+
+# The shims of a team's own queue (docs/your-queue.md): BullMQ's packages
+# as package-lock.json pins them, and Celery's as requirements.txt pins
+# them, in a virtual environment under target/. `make test` runs them
+# where they are installed (and says so in one line where not).
+shims:
+	npm ci --prefix src/shims/bullmq --no-audit --no-fund
+	python3 -m venv target/shims/celery
+	target/shims/celery/bin/pip install --quiet --disable-pip-version-check -r src/shims/celery/requirements.txt

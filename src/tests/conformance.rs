@@ -428,6 +428,32 @@ mod subjects {
         }
     }
 
+    /// BullMQ with its defaults, through `src/shims/bullmq/shim.js`; not
+    /// held to the makespans (as the reference queue).
+    pub fn bullmq() -> Subject {
+        let backend = super::bullmq;
+        let (declared, on_model, judged) = (&backends::HTTP, false, false);
+        Subject {
+            declared,
+            on_model,
+            judged,
+            backend,
+        }
+    }
+
+    /// Celery with its defaults on a Redis broker, through
+    /// `src/shims/celery/shim.py`; not held to the makespans.
+    pub fn celery() -> Subject {
+        let backend = super::celery;
+        let (declared, on_model, judged) = (&backends::HTTP, false, false);
+        Subject {
+            declared,
+            on_model,
+            judged,
+            backend,
+        }
+    }
+
     pub fn broker() -> Subject {
         let backend = || Some(super::broker());
         let (declared, on_model, judged) = (&BROKER, false, true);
@@ -446,42 +472,125 @@ conformance!(redis, subjects::redis());
 conformance!(postgres, subjects::postgres());
 conformance!(broker, subjects::broker());
 conformance!(python_fifo, subjects::python_fifo());
+conformance!(bullmq, subjects::bullmq());
+conformance!(celery, subjects::celery());
 
 /// The reference of a team's queue (`src/shims/python/fifo_queue.py`: a
 /// FIFO queue of the smoke lab's workers, Python's standard library
 /// alone), started once for this test binary and reached as `--backend
-/// http://…` reaches a team's; it exits when this process does (its
-/// standard input closes). `None` without `python3`.
+/// http://…` reaches a team's. `None` without `python3`.
 fn python_fifo() -> Option<QueueBackend> {
     static URL: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     let url = URL.get_or_init(|| {
-        if noisylab::backend::process::on_path("python3").is_none() {
-            assert!(
-                std::env::var_os("NOISYLAB_REQUIRE_SERVERS").is_none(),
-                "NOISYLAB_REQUIRE_SERVERS is set but python3 is not on PATH"
-            );
-            eprintln!("skipped: python3 is not on PATH");
-            return None;
-        }
-        let mut child = std::process::Command::new("python3")
-            .args(["src/shims/python/fifo_queue.py", "--port", "0"])
-            .args(["--workers", &smoke().workers.to_string()])
-            .arg("--until-stdin-closes")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3 runs the reference queue");
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        // Kept open until this process exits: the queue exits then.
-        std::mem::forget(child.stdin.take());
-        std::mem::forget(child);
-        Some(line.trim().strip_prefix("listening on ")?.to_string())
+        needs(
+            "python3",
+            noisylab::backend::process::on_path("python3").is_some(),
+        )?;
+        let mut cmd = std::process::Command::new("python3");
+        cmd.args(["src/shims/python/fifo_queue.py", "--port", "0"]);
+        shim(cmd)
     });
+    yours(url)
+}
+
+/// BullMQ's shim on a Redis server of its own, started once for this test
+/// binary. `None` without Node.js, the shim's packages (`make shims`) or
+/// `redis-server`.
+fn bullmq() -> Option<QueueBackend> {
+    static URL: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let url = URL.get_or_init(|| {
+        let installed = Path::new("src/shims/bullmq/node_modules/bullmq").is_dir();
+        needs(
+            "node",
+            noisylab::backend::process::on_path("node").is_some(),
+        )?;
+        needs("BullMQ (make shims)", installed)?;
+        let redis = redis_server()?;
+        let mut cmd = std::process::Command::new("node");
+        cmd.args(["src/shims/bullmq/shim.js", "--port", "0", "--redis", &redis]);
+        shim(cmd)
+    });
+    yours(url)
+}
+
+/// Celery's shim on a Redis server of its own, started once for this test
+/// binary. `None` without the shim's environment (`make shims`) or
+/// `redis-server`.
+fn celery() -> Option<QueueBackend> {
+    static URL: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let url = URL.get_or_init(|| {
+        let python = Path::new(CELERY_PYTHON);
+        needs("Celery (make shims)", python.is_file())?;
+        let redis = redis_server()?;
+        let mut cmd = std::process::Command::new(python);
+        cmd.args(["src/shims/celery/shim.py", "--port", "0", "--redis", &redis]);
+        shim(cmd)
+    });
+    yours(url)
+}
+
+/// Where `make shims` puts Celery's environment.
+const CELERY_PYTHON: &str = "target/shims/celery/bin/python";
+
+/// `Some` where `what` is installed; else `None`, said once, or a failure
+/// under `NOISYLAB_REQUIRE_SERVERS` (CI).
+fn needs(what: &str, installed: bool) -> Option<()> {
+    if installed {
+        return Some(());
+    }
+    assert!(
+        std::env::var_os("NOISYLAB_REQUIRE_SERVERS").is_none(),
+        "NOISYLAB_REQUIRE_SERVERS is set but {what} is not installed"
+    );
+    eprintln!("skipped: {what} is not installed");
+    None
+}
+
+/// A Redis server for a shim, its URL.
+fn redis_server() -> Option<String> {
+    needs(
+        "redis-server",
+        noisylab::backend::process::on_path("redis-server").is_some(),
+    )?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Started on a thread that lives as long as this process: the server
+    // dies with the thread that started it (`PR_SET_PDEATHSIG`).
+    std::thread::spawn(move || {
+        let server = noisylab::backend::redis::server::OwnedServer::start(false)
+            .expect("a Redis server for the shim");
+        tx.send(server.url.clone()).unwrap();
+        loop {
+            std::thread::park();
+        }
+    });
+    Some(rx.recv().unwrap())
+}
+
+/// Start a shim with the smoke lab's workers and read the URL it prints;
+/// it exits when this process does (its standard input closes).
+fn shim(mut cmd: std::process::Command) -> Option<String> {
+    let mut child = cmd
+        .args(["--workers", &smoke().workers.to_string()])
+        .arg("--until-stdin-closes")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the shim starts");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line.trim().strip_prefix("listening on ");
+    assert!(url.is_some(), "the shim's first line: {line:?}");
+    // Kept open until this process exits: the shim exits then.
+    std::mem::forget(child.stdin.take());
+    std::mem::forget(child);
+    url.map(str::to_string)
+}
+
+fn yours(url: &Option<String>) -> Option<QueueBackend> {
     Some(QueueBackend::Yours(
         noisylab::backend::yours::YoursPlan::new(url.as_deref()?),
     ))

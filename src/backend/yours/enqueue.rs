@@ -1,10 +1,10 @@
 //! Posting jobs to a team's queue: threads that each keep one connection
 //! alive and post the jobs handed to them, as the arrival plan makes them
-//! due.
+//! due, the tenants' posts taking turns for a free connection.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Read;
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -58,9 +58,43 @@ pub struct Posted {
     pub answer: Answer,
 }
 
+/// Posts due and not yet sent, by tenant: each tenant is a client of its
+/// own, so a free connection takes the next tenant's oldest post in turn,
+/// and a burst's thousands of posts do not hold a neighbour's behind them.
+#[derive(Default)]
+struct Due {
+    by_tenant: BTreeMap<u32, VecDeque<(usize, Job)>>,
+    /// Tenants with posts due, in turn.
+    turn: VecDeque<u32>,
+    closed: bool,
+}
+
+impl Due {
+    fn push(&mut self, index: usize, job: Job) {
+        let tenant = job.tenant;
+        let queue = self.by_tenant.entry(tenant).or_default();
+        if queue.is_empty() {
+            self.turn.push_back(tenant);
+        }
+        queue.push_back((index, job));
+    }
+
+    fn pop(&mut self) -> Option<(usize, Job)> {
+        let tenant = self.turn.pop_front()?;
+        let queue = self.by_tenant.get_mut(&tenant)?;
+        let next = queue.pop_front();
+        if !queue.is_empty() {
+            self.turn.push_back(tenant);
+        }
+        next
+    }
+}
+
+type Shared = Arc<(Mutex<Due>, Condvar)>;
+
 /// The sending threads of one run.
 pub struct Senders {
-    queue: Option<Sender<(usize, Job)>>,
+    due: Shared,
     threads: Vec<JoinHandle<Vec<Posted>>>,
 }
 
@@ -68,30 +102,28 @@ impl Senders {
     /// Start [`SENDERS`] threads posting to `url`, stamping lab time since
     /// `origin`.
     pub fn start(url: &str, origin: Instant) -> Senders {
-        let (queue, jobs) = channel::<(usize, Job)>();
-        let jobs = Arc::new(Mutex::new(jobs));
+        let due: Shared = Arc::default();
         let threads = (0..SENDERS)
             .map(|_| {
-                let (jobs, url) = (jobs.clone(), url.to_string());
-                std::thread::spawn(move || send(&url, &jobs, origin))
+                let (due, url) = (due.clone(), url.to_string());
+                std::thread::spawn(move || send(&url, &due, origin))
             })
             .collect();
-        Senders {
-            queue: Some(queue),
-            threads,
-        }
+        Senders { due, threads }
     }
 
-    /// Hand job `index` to the next free thread.
+    /// Hand job `index` to the next free thread, in its tenant's turn.
     pub fn post(&self, index: usize, job: Job) {
-        if let Some(q) = &self.queue {
-            let _ = q.send((index, job));
-        }
+        let (lock, ready) = &*self.due;
+        lock.lock().unwrap().push(index, job);
+        ready.notify_one();
     }
 
     /// Wait for every post handed so far to be answered.
     pub fn finish(mut self) -> Vec<Posted> {
-        self.queue = None;
+        let (lock, ready) = &*self.due;
+        lock.lock().unwrap().closed = true;
+        ready.notify_all();
         self.threads
             .drain(..)
             .flat_map(|t| t.join().unwrap_or_default())
@@ -99,7 +131,7 @@ impl Senders {
     }
 }
 
-fn send(url: &str, jobs: &Mutex<Receiver<(usize, Job)>>, origin: Instant) -> Vec<Posted> {
+fn send(url: &str, due: &Shared, origin: Instant) -> Vec<Posted> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(POST_TIMEOUT))
@@ -107,8 +139,20 @@ fn send(url: &str, jobs: &Mutex<Receiver<(usize, Job)>>, origin: Instant) -> Vec
         .into();
     let mut out = Vec::new();
     loop {
-        let next = jobs.lock().unwrap().recv();
-        let Ok((index, job)) = next else { break };
+        let next = {
+            let (lock, ready) = &**due;
+            let mut d = lock.lock().unwrap();
+            loop {
+                if let Some(next) = d.pop() {
+                    break Some(next);
+                }
+                if d.closed {
+                    break None;
+                }
+                d = ready.wait(d).unwrap();
+            }
+        };
+        let Some((index, job)) = next else { break };
         let body = serde_json::to_vec(&job).expect("a job serializes");
         let sent = origin.elapsed().as_nanos() as Nanos;
         let answer = post(&agent, url, &body);
