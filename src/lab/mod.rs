@@ -310,7 +310,13 @@ fn needs(s: &Scenario) -> Vec<(String, Capability)> {
             } else {
                 Capability::Clients
             };
-            out.push((at, need));
+            out.push((at.clone(), need));
+            let cancels = limits::class_clients(s, strategy).iter().any(|c| {
+                c.timeout_s.is_some() && c.on_timeout == crate::scenario::OnTimeout::Cancel
+            });
+            if cancels {
+                out.push((at, Capability::Cancel));
+            }
         }
     }
     out

@@ -62,6 +62,11 @@ impl MarkdownExporter {
             out.push_str(&table.to_string());
             out.push('\n');
         }
+        if let Some(table) = super::carrier::table(results, ASCII_MARKDOWN) {
+            out.push_str(&format!("\n{}:\n\n", super::carrier::HEADING));
+            out.push_str(&table.to_string());
+            out.push('\n');
+        }
         if let Some(table) = super::table::lease_table(results, ASCII_MARKDOWN) {
             out.push_str(&format!(
                 "\nLeases and faults (medians of the runs; {}):\n\n",

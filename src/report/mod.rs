@@ -1,7 +1,8 @@
 //! Reports: one file per format behind the [`Exporter`] trait. An exporter
 //! returns bytes and does no I/O; the caller decides where they go.
 //!
-//! - [`table`]: the terminal table (the post's columns).
+//! - [`table`]: the terminal table (the post's columns); [`carrier`]: what
+//!   crossed the protocol of a team's own queue.
 //! - [`markdown`]: one results file as a markdown section.
 //! - [`csv`]: every figure, run by run.
 //! - [`json`]: the results as JSON.
@@ -13,6 +14,7 @@
 
 pub mod bands;
 pub mod calibration;
+pub mod carrier;
 pub mod compare;
 pub mod csv;
 pub mod format;

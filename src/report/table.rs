@@ -587,6 +587,10 @@ impl Exporter for TableExporter {
                     out.push_str("\nThe queue's own cost (medians of the runs):\n");
                     out.push_str(&fit_terminal(table).to_string());
                 }
+                if let Some(table) = super::carrier::table(results, UTF8_FULL_CONDENSED) {
+                    out.push_str(&format!("\n{}:\n", super::carrier::HEADING));
+                    out.push_str(&fit_terminal(table).to_string());
+                }
             }
             ClockKind::Virtual => {
                 out.push_str(

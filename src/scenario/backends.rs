@@ -22,6 +22,9 @@ pub enum Capability {
     Leases,
     /// Clients that retry, that stop waiting, and fixed retry-afters.
     Clients,
+    /// Clients that cancel a job they stopped waiting for
+    /// (`on_timeout = "cancel"`): the queue drops it unrun.
+    Cancel,
     /// `fair_by = "tenant"` over tenants split into API keys: the keys take
     /// turns within a tenant's turn.
     KeyTurns,
@@ -40,6 +43,10 @@ impl Capability {
             Capability::Leases => "leases".into(),
             Capability::Clients => {
                 "retrying clients, clients that stop waiting and fixed retry-afters".into()
+            }
+            Capability::Cancel => {
+                "clients that cancel a job they stopped waiting for (on_timeout = \"cancel\")"
+                    .into()
             }
             Capability::KeyTurns => "fair_by = \"tenant\" over tenants split into API keys (keys \
                                      taking turns within a tenant's turn)"
@@ -129,12 +136,14 @@ pub const IN_PROCESS: Declared = Declared {
     carries: &[
         Capability::Discipline,
         Capability::Clients,
+        Capability::Cancel,
         Capability::KeyTurns,
         Capability::FrontDoor,
     ],
     on_the_model: &[
         Capability::Discipline,
         Capability::Clients,
+        Capability::Cancel,
         Capability::KeyTurns,
         Capability::FrontDoor,
         Capability::Leases,
@@ -161,6 +170,7 @@ pub const REDIS: Declared = Declared {
         Capability::ServerClock,
         Capability::Leases,
         Capability::Clients,
+        Capability::Cancel,
         Capability::KeyTurns,
         FAULTS[0],
         FAULTS[1],
@@ -209,7 +219,7 @@ pub const HTTP: Declared = Declared {
             report its start and end (docs/your-queue.md)",
     own_options: &[],
     server: false,
-    carries: &[],
+    carries: &[Capability::Clients],
     on_the_model: &[],
 };
 
@@ -255,6 +265,7 @@ pub fn help() -> String {
     let every = [
         Capability::Discipline,
         Capability::Clients,
+        Capability::Cancel,
         Capability::KeyTurns,
         Capability::FrontDoor,
         Capability::Leases,

@@ -131,7 +131,7 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
     assert_bad_input(
         &["run", "lab/retry-storm.toml", "--backend", "postgres"],
         "strategy[1] (\"Retry after 1 s, no jitter\"): retrying clients, clients that stop waiting and \
-         fixed retry-afters: not carried by the PostgreSQL backend (carried by: in-process, redis)",
+         fixed retry-afters: not carried by the PostgreSQL backend (carried by: in-process, redis, http)",
     );
     assert_bad_input(
         &[

@@ -194,3 +194,104 @@ fn what_a_team_s_queue_does_not_run_is_refused_before_it_starts() {
          by the HTTP backend (carried by: in-process, redis, postgres)"
     );
 }
+
+/// A queue that refuses every job's first attempt, saying "Retry-After:
+/// 0.2", and runs every other at once on a thread of its own.
+fn refusing_queue() -> String {
+    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/jobs", server.server_addr().to_ip().unwrap());
+    std::thread::spawn(move || {
+        for mut request in server.incoming_requests() {
+            let mut body = String::new();
+            request.as_reader().read_to_string(&mut body).unwrap();
+            let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if job["attempt"] == 1 {
+                let header = tiny_http::Header::from_bytes("Retry-After", "0.2").unwrap();
+                let _ = request.respond(tiny_http::Response::empty(429).with_header(header));
+                continue;
+            }
+            let _ = request.respond(tiny_http::Response::empty(202));
+            std::thread::spawn(move || {
+                let agent = ureq::Agent::new_with_defaults();
+                let report = job["report"].as_str().unwrap().to_string();
+                let id = serde_json::json!({
+                    "run": job["run"], "job": job["job"], "attempt": job["attempt"],
+                    "secret": job["secret"],
+                });
+                assert_eq!(post(&agent, &format!("{report}/start"), &id), 204);
+                std::thread::sleep(Duration::from_secs_f64(
+                    job["hold_ms"].as_f64().unwrap() / 1e3,
+                ));
+                assert_eq!(post(&agent, &format!("{report}/end"), &id), 204);
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn a_refusal_s_retry_after_is_handed_to_the_scenario_s_clients() {
+    let url = refusing_queue();
+    let mut plan = lab_on(&url, Duration::from_millis(500));
+    plan.scenario.clients = Some(noisylab::scenario::Clients {
+        retry: noisylab::scenario::Retry::Backoff,
+        ..Default::default()
+    });
+    plan.keep_raw = true;
+    let outcome = lab::run(&plan, &AtomicBool::new(false), &Progress::hidden()).unwrap();
+    let run = &outcome.results.strategies[0].runs[0];
+    let s = smoke_fifo();
+    let jobs = noisylab::engine::load::plan(&s, s.seed).len() as u64;
+    let d = &run.figures.delivery;
+    assert_eq!(d.unique_jobs, jobs);
+    assert_eq!(d.completed, jobs, "every job ran on its second attempt");
+    assert_eq!(d.attempts, 2 * jobs);
+    assert_eq!(d.refused.limit, jobs);
+    assert_eq!(run.figures.rejected, 0);
+    assert_eq!(run.figures.retry_after_s, 1, "0.2 s, in whole seconds up");
+    let carried = run.figures.carrier.unwrap();
+    assert_eq!((carried.accepted, carried.refused), (jobs, jobs));
+    // Record by record: each retry sent no sooner than 0.2 s after its
+    // first attempt was.
+    let QueueBackend::Yours(yours) = &plan.backend else {
+        unreachable!()
+    };
+    let s = &plan.scenario;
+    let strategy = s.strategy[0].clone();
+    let pool = lab::pool_for(s, &strategy);
+    let input = noisylab::backend::RunInput {
+        scenario: s,
+        strategy: &strategy,
+        pool: &pool,
+        plan: noisylab::engine::load::plan(s, s.seed),
+        seed: s.seed,
+    };
+    let mut backend = yours.open().unwrap();
+    let record = backend.run(input, &AtomicBool::new(false)).unwrap();
+    let (first, retries) = record.jobs.split_at(jobs as usize);
+    assert_eq!(retries.len() as u64, jobs);
+    for r in retries {
+        let refused = &first[r.origin as usize];
+        assert_eq!(r.attempt, 2);
+        assert!(
+            r.enqueued >= refused.enqueued + 200_000_000,
+            "{refused:?} then {r:?}"
+        );
+    }
+}
+
+#[test]
+fn a_client_that_cancels_is_refused_before_it_starts() {
+    let mut plan = lab_on("http://127.0.0.1:9/jobs", Duration::from_millis(500));
+    plan.scenario.clients = Some(noisylab::scenario::Clients {
+        timeout_s: Some(1.0),
+        ..Default::default()
+    });
+    let e = lab::run(&plan, &AtomicBool::new(false), &Progress::hidden()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "strategy[0] (\"Shared FIFO\"): clients that cancel a job they stopped waiting for \
+         (on_timeout = \"cancel\"): not carried by the HTTP backend (carried by: in-process, \
+         redis)"
+    );
+}

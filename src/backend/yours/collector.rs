@@ -57,8 +57,8 @@ pub struct Collector {
 
 impl Collector {
     /// Listen on `listen` (a loopback address unless told otherwise) for
-    /// the reports of run `run`'s `jobs` jobs, stamped as lab time since
-    /// `origin`.
+    /// the reports of run `run`'s first `jobs` attempts (more as
+    /// [`Collector::allow`] says), stamped as lab time since `origin`.
     pub fn start(
         listen: &str,
         run: String,
@@ -105,6 +105,22 @@ impl Collector {
             threads,
             url: format!("http://{addr}"),
         })
+    }
+}
+
+impl Collector {
+    /// Reports may name the first `total` attempts of the run.
+    pub fn allow(&self, total: usize) {
+        let mut r = self.reports.lock().unwrap();
+        if r.started.len() < total {
+            r.started.resize(total, NEVER);
+            r.ended.resize(total, NEVER);
+        }
+    }
+
+    /// When attempt `i`'s start was reported ([`NEVER`]: not yet).
+    pub fn started(&self, i: usize) -> Nanos {
+        (self.reports.lock().unwrap().started.get(i).copied()).unwrap_or(NEVER)
     }
 }
 

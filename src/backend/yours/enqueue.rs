@@ -4,13 +4,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Read;
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::engine::Nanos;
+use crate::engine::{JobRecord, Nanos};
 
 /// Threads posting jobs: enough that a burst due at one instant is not
 /// held behind a few connections' round trips.
@@ -35,6 +36,37 @@ pub struct Job {
     pub hold_ms: f64,
     pub report: String,
     pub secret: String,
+}
+
+/// What every post of a run shares: the run, its secret, where reports
+/// go, and each tenant's name and class.
+pub struct Template {
+    pub run: String,
+    pub secret: String,
+    pub report: String,
+    pub tenant_names: Vec<String>,
+    pub tenant_classes: Vec<String>,
+}
+
+impl Template {
+    /// Attempt `index` as it is posted.
+    fn job(&self, index: usize, j: &JobRecord) -> Job {
+        let t = j.tenant as usize;
+        Job {
+            run: self.run.clone(),
+            job: index as u64,
+            attempt: u32::from(j.attempt),
+            tenant: j.tenant,
+            tenant_name: self.tenant_names[t].clone(),
+            key: j.key,
+            class: self.tenant_classes[t].clone(),
+            tokens_in: j.tokens_in,
+            tokens_out: j.tokens_out,
+            hold_ms: j.duration as f64 / 1e6,
+            report: self.report.clone(),
+            secret: self.secret.clone(),
+        }
+    }
 }
 
 /// What a post got.
@@ -63,14 +95,14 @@ pub struct Posted {
 /// and a burst's thousands of posts do not hold a neighbour's behind them.
 #[derive(Default)]
 struct Due {
-    by_tenant: BTreeMap<u32, VecDeque<(usize, Job)>>,
+    by_tenant: BTreeMap<u32, VecDeque<(usize, JobRecord)>>,
     /// Tenants with posts due, in turn.
     turn: VecDeque<u32>,
     closed: bool,
 }
 
 impl Due {
-    fn push(&mut self, index: usize, job: Job) {
+    fn push(&mut self, index: usize, job: JobRecord) {
         let tenant = job.tenant;
         let queue = self.by_tenant.entry(tenant).or_default();
         if queue.is_empty() {
@@ -79,7 +111,7 @@ impl Due {
         queue.push_back((index, job));
     }
 
-    fn pop(&mut self) -> Option<(usize, Job)> {
+    fn pop(&mut self) -> Option<(usize, JobRecord)> {
         let tenant = self.turn.pop_front()?;
         let queue = self.by_tenant.get_mut(&tenant)?;
         let next = queue.pop_front();
@@ -95,49 +127,53 @@ type Shared = Arc<(Mutex<Due>, Condvar)>;
 /// The sending threads of one run.
 pub struct Senders {
     due: Shared,
-    threads: Vec<JoinHandle<Vec<Posted>>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Senders {
-    /// Start [`SENDERS`] threads posting to `url`, stamping lab time since
-    /// `origin`.
-    pub fn start(url: &str, origin: Instant) -> Senders {
+    /// Start [`SENDERS`] threads posting to `url` from `template`,
+    /// stamping lab time since `origin`, each answer sent to `answers`.
+    pub fn start(
+        url: &str,
+        template: Arc<Template>,
+        origin: Instant,
+        answers: Sender<Posted>,
+    ) -> Senders {
         let due: Shared = Arc::default();
         let threads = (0..SENDERS)
             .map(|_| {
                 let (due, url) = (due.clone(), url.to_string());
-                std::thread::spawn(move || send(&url, &due, origin))
+                let (template, answers) = (template.clone(), answers.clone());
+                std::thread::spawn(move || send(&url, &template, &due, origin, &answers))
             })
             .collect();
         Senders { due, threads }
     }
 
-    /// Hand job `index` to the next free thread, in its tenant's turn.
-    pub fn post(&self, index: usize, job: Job) {
+    /// Hand attempt `index` to the next free thread, in its tenant's turn.
+    pub fn post(&self, index: usize, job: JobRecord) {
         let (lock, ready) = &*self.due;
         lock.lock().unwrap().push(index, job);
         ready.notify_one();
     }
 
-    /// Wait for every post handed so far to be answered.
-    pub fn finish(mut self) -> Vec<Posted> {
+    /// Stop the threads once every post handed so far is answered.
+    pub fn finish(mut self) {
         let (lock, ready) = &*self.due;
         lock.lock().unwrap().closed = true;
         ready.notify_all();
-        self.threads
-            .drain(..)
-            .flat_map(|t| t.join().unwrap_or_default())
-            .collect()
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }
 
-fn send(url: &str, due: &Shared, origin: Instant) -> Vec<Posted> {
+fn send(url: &str, template: &Template, due: &Shared, origin: Instant, answers: &Sender<Posted>) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(POST_TIMEOUT))
         .build()
         .into();
-    let mut out = Vec::new();
     loop {
         let next = {
             let (lock, ready) = &**due;
@@ -153,18 +189,17 @@ fn send(url: &str, due: &Shared, origin: Instant) -> Vec<Posted> {
             }
         };
         let Some((index, job)) = next else { break };
-        let body = serde_json::to_vec(&job).expect("a job serializes");
+        let body = serde_json::to_vec(&template.job(index, &job)).expect("a job serializes");
         let sent = origin.elapsed().as_nanos() as Nanos;
         let answer = post(&agent, url, &body);
         let rtt = (origin.elapsed().as_nanos() as Nanos).saturating_sub(sent);
-        out.push(Posted {
+        let _ = answers.send(Posted {
             index,
             sent,
             rtt,
             answer,
         });
     }
-    out
 }
 
 fn post(agent: &ureq::Agent, url: &str, body: &[u8]) -> Answer {

@@ -15,8 +15,10 @@
 
 pub mod collector;
 pub mod enqueue;
+pub mod play;
 
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -24,13 +26,13 @@ use anyhow::{Result, anyhow};
 use rand::RngExt;
 
 use self::collector::Collector;
-use self::enqueue::{Answer, Job, Senders};
+use self::enqueue::{Senders, Template};
+use self::play::Posts;
+use super::clients::Clients;
 use super::wire::ServerCost;
 use super::{Backend, RunError, RunInput, RunRecord, ServerMeasures};
-use crate::engine::clock::sleep_until_blocking;
-use crate::engine::traffic::Refusal;
-use crate::engine::{Fate, NEVER, Nanos, stats_from_records};
-use crate::results::{BackendFacts, CarrierFigures};
+use crate::engine::{Fate, NEVER, stats_from_records};
+use crate::results::BackendFacts;
 use crate::stats::{self, new_histogram};
 
 /// How long the run waits for reports once every job is posted: a job
@@ -39,8 +41,6 @@ pub const QUIET: Duration = Duration::from_secs(10);
 /// Where the collector listens unless told otherwise: loopback, a port
 /// the system picks.
 pub const LISTEN: &str = "127.0.0.1:0";
-/// How early the poster's OS sleep ends, to spin to an arrival's instant.
-const MARGIN: Duration = Duration::from_micros(500);
 
 /// A lab on a team's queue, as the command line asks for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,15 +100,6 @@ struct Yours {
     plan: YoursPlan,
 }
 
-/// What the posts of one run left.
-#[derive(Default)]
-struct Posts {
-    accepted: Vec<bool>,
-    carried: CarrierFigures,
-    first_error: Option<String>,
-    last_sent: Nanos,
-}
-
 impl Backend for Yours {
     fn facts(&self) -> Option<BackendFacts> {
         Some(BackendFacts {
@@ -124,38 +115,32 @@ impl Backend for Yours {
         let mut rng = rand::rng();
         let run = format!("{:016x}", rng.random::<u64>());
         let secret = format!("{:032x}", rng.random::<u128>());
-        let (n, pool) = (input.plan.len(), input.pool);
-        let collector = Collector::start(&self.plan.listen, run.clone(), secret.clone(), n, origin)
-            .map_err(RunError::Failed)?;
+        let pool = input.pool;
+        let collector = Collector::start(
+            &self.plan.listen,
+            run.clone(),
+            secret.clone(),
+            input.plan.len(),
+            origin,
+        )
+        .map_err(RunError::Failed)?;
         let population = input.scenario.population();
-        let senders = Senders::start(&self.plan.url, origin);
-        let mut jobs = input.plan;
-        for (i, j) in jobs.iter().enumerate() {
-            if stop.load(Ordering::Relaxed) {
-                senders.finish();
-                return Err(RunError::Interrupted);
-            }
-            sleep_until_blocking(origin + Duration::from_nanos(j.planned), MARGIN);
-            let class = population.class(j.tenant);
-            senders.post(
-                i,
-                Job {
-                    run: run.clone(),
-                    job: i as u64,
-                    attempt: u32::from(j.attempt),
-                    tenant: j.tenant,
-                    tenant_name: population.tenant_name(j.tenant),
-                    key: j.key,
-                    class: class.name.clone(),
-                    tokens_in: j.tokens_in,
-                    tokens_out: j.tokens_out,
-                    hold_ms: j.duration as f64 / 1e6,
-                    report: collector.url.clone(),
-                    secret: secret.clone(),
-                },
-            );
-        }
-        let (posts, submit_rtt) = tally(&mut jobs, senders.finish());
+        let tenants = population.tenants() as u32;
+        let template = Arc::new(Template {
+            run,
+            secret,
+            report: collector.url.clone(),
+            tenant_names: (0..tenants).map(|t| population.tenant_name(t)).collect(),
+            tenant_classes: (0..tenants)
+                .map(|t| population.class(t).name.clone())
+                .collect(),
+        });
+        let mut clients = Clients::new(input.plan, pool, input.seed, input.strategy, false);
+        let (answers_to, answers) = std::sync::mpsc::channel();
+        let senders = Senders::start(&self.plan.url, template, origin, answers_to);
+        let played = play::play(&mut clients, &senders, &answers, &collector, origin, stop);
+        senders.finish();
+        let posts = played?;
         if let Some(e) = &posts.first_error {
             if posts.carried.accepted + posts.carried.refused == 0 {
                 return Err(RunError::Failed(anyhow!(
@@ -164,9 +149,11 @@ impl Backend for Yours {
                 )));
             }
             eprintln!(
-                "noisylab: {} of {n} posts to {} failed (the first: {e}); they are left out of \
+                "noisylab: {} of {} posts to {} failed (the first: {e}); they are left out of \
                  every figure",
-                posts.carried.errors, self.plan.url
+                posts.carried.errors,
+                clients.jobs.len(),
+                self.plan.url
             );
         }
         wait_for_ends(
@@ -175,44 +162,8 @@ impl Backend for Yours {
             self.plan.quiet,
             stop,
         )?;
-        Ok(run_record(pool, jobs, &collector, posts, submit_rtt))
+        Ok(run_record(pool, clients.jobs, &collector, posts))
     }
-}
-
-/// What the posts' answers make of the jobs: when each was sent, which
-/// the queue accepted, refused or failed; and the posts' round trips.
-fn tally(
-    jobs: &mut [crate::engine::JobRecord],
-    posted: Vec<enqueue::Posted>,
-) -> (Posts, hdrhistogram::Histogram<u64>) {
-    let mut submit_rtt = new_histogram();
-    let mut posts = Posts {
-        accepted: vec![false; jobs.len()],
-        ..Posts::default()
-    };
-    for p in posted {
-        let j = &mut jobs[p.index];
-        j.enqueued = p.sent;
-        posts.last_sent = posts.last_sent.max(p.sent + p.rtt);
-        stats::record(&mut submit_rtt, p.rtt);
-        match p.answer {
-            Answer::Accepted => {
-                posts.accepted[p.index] = true;
-                posts.carried.accepted += 1;
-            }
-            Answer::Refused(_) => {
-                j.fate = Fate::Refused(Refusal::Limit);
-                posts.carried.refused += 1;
-            }
-            Answer::Error(e) => {
-                // It never entered the queue.
-                j.enqueued = NEVER;
-                posts.carried.errors += 1;
-                posts.first_error.get_or_insert(e);
-            }
-        }
-    }
-    (posts, submit_rtt)
 }
 
 /// Wait until every accepted job has reported its end, the run is
@@ -238,29 +189,34 @@ fn wait_for_ends(
     }
 }
 
-/// The run's records from the posts and the reports.
+/// The run's records from the posts and the reports: an accepted attempt
+/// ran (or, its client gone, was wasted) where both its start and its end
+/// were reported, and is lost otherwise.
 fn run_record(
     pool: &crate::engine::Pool,
     mut jobs: Vec<crate::engine::JobRecord>,
     collector: &Collector,
     mut posts: Posts,
-    submit_rtt: hdrhistogram::Histogram<u64>,
 ) -> RunRecord {
     let r = collector.reports.lock().unwrap();
     let mut hold_late = new_histogram();
-    let mut end = posts.last_sent;
+    let mut end = posts.last_answer;
     for (i, j) in jobs.iter_mut().enumerate() {
-        let (started, ended) = (r.started[i], r.ended[i]);
-        if !posts.accepted[i] {
+        if !posts.accepted.get(i).copied().unwrap_or(false) {
             continue;
         }
+        let (started, ended) = (r.started[i], r.ended[i]);
         if started == NEVER || ended == NEVER {
             posts.carried.lost += 1;
             continue;
         }
         j.started = started;
         j.finished = ended.max(started);
-        j.fate = Fate::Ran;
+        j.fate = if posts.abandoned.get(i).copied().unwrap_or(false) {
+            Fate::Wasted
+        } else {
+            Fate::Ran
+        };
         end = end.max(j.finished);
         stats::record(
             &mut hold_late,
@@ -269,18 +225,16 @@ fn run_record(
     }
     posts.carried.duplicate_reports = r.duplicates;
     posts.carried.refused_reports = r.refused;
-    let reports = r
-        .started
-        .iter()
-        .chain(&r.ended)
+    let reports = (r.started.iter().chain(&r.ended))
         .filter(|&&t| t != NEVER)
         .count() as u64;
     drop(r);
-    let stats = stats_from_records(pool, &jobs, &vec![false; jobs.len()], end);
+    let mut stats = stats_from_records(pool, &jobs, &vec![false; jobs.len()], end);
+    stats.retry_after_s_max = posts.retry_after_s_max;
     let server = ServerMeasures {
         take_rtt: new_histogram(),
         hold_late,
-        submit_rtt,
+        submit_rtt: posts.submit_rtt,
         cost: ServerCost {
             us_per_call: None,
             cpu_s: None,
@@ -289,7 +243,7 @@ fn run_record(
             wal_bytes: None,
         },
         workers_cpu_s: None,
-        planned: jobs.len(),
+        planned: pool_planned(&jobs),
     };
     RunRecord {
         jobs,
@@ -301,4 +255,9 @@ fn run_record(
         faults: None,
         carried: Some(posts.carried),
     }
+}
+
+/// The run's planned jobs: its first attempts.
+fn pool_planned(jobs: &[crate::engine::JobRecord]) -> usize {
+    jobs.iter().filter(|j| j.attempt == 1).count()
 }
