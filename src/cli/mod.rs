@@ -280,6 +280,11 @@ pub struct RunOpts {
     /// 0 waits for `noisylab worker` processes started elsewhere.
     #[arg(long)]
     pub processes: Option<u32>,
+    /// With your own queue (`--backend http://…`): the address the
+    /// collector listens on and your workers report to, HOST:PORT (port 0:
+    /// one the system picks) [default: 127.0.0.1:0, loopback only].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub collector: Option<String>,
     /// A fault injected into every run on a queue server, as a scenario's
     /// `[[fault]]` says it (repeatable; added to the scenario's):
     /// `kind=pause_worker,at_s=6,duration_s=1,target=2`. Kinds:
@@ -403,6 +408,13 @@ impl RunOpts {
             (QueueBackend::Yours(_) | QueueBackend::Other(_), Some(_)) => {
                 anyhow::bail!("--processes goes with a queue server")
             }
+        }
+        match (&mut backend, &self.collector) {
+            (QueueBackend::Yours(y), Some(at)) => y.listen = at.clone(),
+            (_, Some(_)) => anyhow::bail!(
+                "--collector goes with your own queue (--backend http://HOST:PORT/PATH)"
+            ),
+            (_, None) => {}
         }
         let save_to = match (self.clock, &self.out) {
             (_, Some(dir)) => Some(dir.clone()),

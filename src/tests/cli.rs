@@ -129,6 +129,10 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
         "strategy[2] (\"Fair queue over tenants\"): fair_by = \"tenant\" over tenants split into API keys",
     );
     assert_bad_input(
+        &["run", "lab/smoke.toml", "--collector", "127.0.0.1:0"],
+        "--collector goes with your own queue (--backend http://HOST:PORT/PATH)",
+    );
+    assert_bad_input(
         &["run", "lab/retry-storm.toml", "--backend", "postgres"],
         "strategy[1] (\"Retry after 1 s, no jitter\"): retrying clients, clients that stop waiting and \
          fixed retry-afters: not carried by the PostgreSQL backend (carried by: in-process, redis, http)",

@@ -165,6 +165,25 @@ fn every_answer_and_report_counts_where_the_protocol_says() {
 }
 
 #[test]
+fn a_collector_that_cannot_listen_is_named_in_one_line() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = taken.local_addr().unwrap().to_string();
+    let url = start_queue(1);
+    let mut plan = lab_on(&url, Duration::from_millis(500));
+    if let QueueBackend::Yours(y) = &mut plan.backend {
+        y.listen = at.clone();
+    }
+    let outcome = lab::run(&plan, &AtomicBool::new(false), &Progress::hidden()).unwrap();
+    let text = outcome.failed.expect("the run failed");
+    assert!(outcome.results.strategies.is_empty(), "no run to keep");
+    assert!(
+        text.starts_with(&format!("the collector cannot listen on {at}: ")),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+}
+
+#[test]
 fn a_queue_that_is_not_there_is_named_in_one_line() {
     // A port just freed: nothing listens on it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
