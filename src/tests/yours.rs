@@ -314,3 +314,54 @@ fn a_client_that_cancels_is_refused_before_it_starts() {
          redis)"
     );
 }
+
+/// The job the poster sends is the one docs/your-queue.md's JSON Schema
+/// describes: the same fields, each of its type, none besides.
+#[test]
+fn the_job_posted_is_the_one_the_protocol_page_describes() {
+    let page = std::fs::read_to_string("docs/your-queue.md").unwrap();
+    let schema = page
+        .split("```json\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a JSON block on the protocol page");
+    let schema: serde_json::Value = serde_json::from_str(schema).unwrap();
+    let job = noisylab::backend::yours::enqueue::Job {
+        run: "r".into(),
+        job: 3,
+        attempt: 2,
+        tenant: 1,
+        tenant_name: "normal-2".into(),
+        key: 1,
+        class: "normal".into(),
+        tokens_in: 10,
+        tokens_out: 20,
+        hold_ms: 100.0,
+        report: "http://127.0.0.1:1".into(),
+        secret: "s".into(),
+    };
+    let job = serde_json::to_value(&job).unwrap();
+    let fields = job.as_object().unwrap();
+    let properties = schema["properties"].as_object().unwrap();
+    let mut required: Vec<&str> = (schema["required"].as_array().unwrap().iter())
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort_unstable();
+    let mut sent: Vec<&str> = fields.keys().map(String::as_str).collect();
+    sent.sort_unstable();
+    assert_eq!(
+        sent, required,
+        "every field sent is required, and only those"
+    );
+    assert_eq!(properties.len(), fields.len());
+    for (name, value) in fields {
+        let kind = properties[name]["type"].as_str().unwrap();
+        let fits = match kind {
+            "string" => value.is_string(),
+            "integer" => value.is_u64(),
+            "number" => value.is_number(),
+            _ => false,
+        };
+        assert!(fits, "{name}: {value} is not a {kind}");
+    }
+}
