@@ -63,9 +63,7 @@ impl YoursPlan {
             quiet: QUIET,
         }
     }
-}
 
-impl YoursPlan {
     /// Check that the queue answers on its address, in one line if not.
     pub fn open(&self) -> Result<Box<dyn Backend>> {
         let parsed = url::Url::parse(&self.url).map_err(|e| {
