@@ -412,13 +412,13 @@ mod subjects {
         }
     }
 
-    /// Not held to the model's makespans: the queue's own hand-off from
-    /// one job's end to a worker's next start (its take, the start
-    /// report's round trip: milliseconds in Python) is in no job's hold,
-    /// so the model's replay does not have it, and a worker's 10 jobs in a
-    /// row add it 10 times. Every other figure is held.
-    pub fn python_fifo() -> Subject {
-        let backend = super::python_fifo;
+    /// A team's queue over HTTP, reached by `backend`. Not held to the
+    /// model's makespans: the queue's own hand-off from one job's end to a
+    /// worker's next start (its take, the start report's round trip:
+    /// milliseconds) is in no job's hold, so the model's replay does not
+    /// have it, and a worker's 10 jobs in a row add it 10 times. Every
+    /// other figure is held.
+    fn http(backend: fn() -> Option<QueueBackend>) -> Subject {
         let (declared, on_model, judged) = (&backends::HTTP, false, false);
         Subject {
             declared,
@@ -428,30 +428,20 @@ mod subjects {
         }
     }
 
-    /// BullMQ with its defaults, through `src/shims/bullmq/shim.js`; not
-    /// held to the makespans (as the reference queue).
+    /// The reference queue, `src/shims/python/fifo_queue.py`.
+    pub fn python_fifo() -> Subject {
+        http(super::python_fifo)
+    }
+
+    /// BullMQ with its defaults, through `src/shims/bullmq/shim.js`.
     pub fn bullmq() -> Subject {
-        let backend = super::bullmq;
-        let (declared, on_model, judged) = (&backends::HTTP, false, false);
-        Subject {
-            declared,
-            on_model,
-            judged,
-            backend,
-        }
+        http(super::bullmq)
     }
 
     /// Celery with its defaults on a Redis broker, through
-    /// `src/shims/celery/shim.py`; not held to the makespans.
+    /// `src/shims/celery/shim.py`.
     pub fn celery() -> Subject {
-        let backend = super::celery;
-        let (declared, on_model, judged) = (&backends::HTTP, false, false);
-        Subject {
-            declared,
-            on_model,
-            judged,
-            backend,
-        }
+        http(super::celery)
     }
 
     pub fn broker() -> Subject {

@@ -114,7 +114,11 @@ def main():
             server.serve_forever()
     finally:
         worker.send_signal(signal.SIGQUIT)  # a cold shutdown: the run is over
-        worker.wait()
+        try:
+            worker.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # its broker is gone too
+            worker.kill()
+            worker.wait()
 
 
 if __name__ == "__main__":
