@@ -327,20 +327,20 @@ fn the_job_posted_is_the_one_the_protocol_page_describes() {
         .expect("a JSON block on the protocol page");
     let schema: serde_json::Value = serde_json::from_str(schema).unwrap();
     let job = noisylab::backend::yours::enqueue::Job {
-        run: "r".into(),
+        run: "r",
         job: 3,
         attempt: 2,
         tenant: 1,
-        tenant_name: "normal-2".into(),
+        tenant_name: "normal-2",
         key: 1,
-        class: "normal".into(),
+        class: "normal",
         tokens_in: 10,
         tokens_out: 20,
         hold_ms: 100.0,
-        report: "http://127.0.0.1:1".into(),
-        secret: "s".into(),
+        report: "http://127.0.0.1:1",
+        secret: "s",
     };
-    let job = serde_json::to_value(&job).unwrap();
+    let job = serde_json::to_value(job).unwrap();
     let fields = job.as_object().unwrap();
     let properties = schema["properties"].as_object().unwrap();
     let mut required: Vec<&str> = (schema["required"].as_array().unwrap().iter())

@@ -21,21 +21,22 @@ pub const POST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One job as it is posted (docs/your-queue.md): the run, the job's number
 /// and attempt, who sends it, its size and how long a stand-in worker
-/// holds it, and where and with what secret its worker reports.
-#[derive(Debug, Clone, Serialize)]
-pub struct Job {
-    pub run: String,
+/// holds it, and where and with what secret its worker reports. Borrowed
+/// from the run's [`Template`]: serialised straight into the post's body.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Job<'a> {
+    pub run: &'a str,
     pub job: u64,
     pub attempt: u32,
     pub tenant: u32,
-    pub tenant_name: String,
+    pub tenant_name: &'a str,
     pub key: u32,
-    pub class: String,
+    pub class: &'a str,
     pub tokens_in: u32,
     pub tokens_out: u32,
     pub hold_ms: f64,
-    pub report: String,
-    pub secret: String,
+    pub report: &'a str,
+    pub secret: &'a str,
 }
 
 /// What every post of a run shares: the run, its secret, where reports
@@ -50,21 +51,21 @@ pub struct Template {
 
 impl Template {
     /// Attempt `index` as it is posted.
-    fn job(&self, index: usize, j: &JobRecord) -> Job {
+    fn job(&self, index: usize, j: &JobRecord) -> Job<'_> {
         let t = j.tenant as usize;
         Job {
-            run: self.run.clone(),
+            run: &self.run,
             job: index as u64,
             attempt: u32::from(j.attempt),
             tenant: j.tenant,
-            tenant_name: self.tenant_names[t].clone(),
+            tenant_name: &self.tenant_names[t],
             key: j.key,
-            class: self.tenant_classes[t].clone(),
+            class: &self.tenant_classes[t],
             tokens_in: j.tokens_in,
             tokens_out: j.tokens_out,
             hold_ms: j.duration as f64 / 1e6,
-            report: self.report.clone(),
-            secret: self.secret.clone(),
+            report: &self.report,
+            secret: &self.secret,
         }
     }
 }

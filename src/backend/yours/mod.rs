@@ -113,12 +113,12 @@ impl Backend for Yours {
         let mut rng = rand::rng();
         let run = format!("{:016x}", rng.random::<u64>());
         let secret = format!("{:032x}", rng.random::<u128>());
-        let pool = input.pool;
+        let (pool, planned) = (input.pool, input.plan.len());
         let collector = Collector::start(
             &self.plan.listen,
             run.clone(),
             secret.clone(),
-            input.plan.len(),
+            planned,
             origin,
         )
         .map_err(RunError::Failed)?;
@@ -160,7 +160,7 @@ impl Backend for Yours {
             self.plan.quiet,
             stop,
         )?;
-        Ok(run_record(pool, clients.jobs, &collector, posts))
+        Ok(run_record(pool, planned, clients.jobs, &collector, posts))
     }
 }
 
@@ -192,6 +192,7 @@ fn wait_for_ends(
 /// were reported, and is lost otherwise.
 fn run_record(
     pool: &crate::engine::Pool,
+    planned: usize,
     mut jobs: Vec<crate::engine::JobRecord>,
     collector: &Collector,
     mut posts: Posts,
@@ -241,7 +242,7 @@ fn run_record(
             wal_bytes: None,
         },
         workers_cpu_s: None,
-        planned: pool_planned(&jobs),
+        planned,
     };
     RunRecord {
         jobs,
@@ -253,9 +254,4 @@ fn run_record(
         faults: None,
         carried: Some(posts.carried),
     }
-}
-
-/// The run's planned jobs: its first attempts.
-fn pool_planned(jobs: &[crate::engine::JobRecord]) -> usize {
-    jobs.iter().filter(|j| j.attempt == 1).count()
 }
