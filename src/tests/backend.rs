@@ -440,6 +440,19 @@ trait WorkerCalls {
     fn setup(&mut self, case: u32, d: &Discipline, workers: usize);
     /// `Err(waiting)`: refused by the limit.
     fn submit(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32>;
+    /// The jobs due at one instant, (job, tenant, cost) each, as the lab
+    /// sends them: one call each unless the server takes them at once.
+    fn submit_many(&mut self, jobs: &[(u32, u32, f64)]) -> Vec<Result<(), u32>> {
+        jobs.iter()
+            .map(|&(job, tenant, cost)| self.submit(job, tenant, cost))
+            .collect()
+    }
+    /// Whether a submit hands each job that may start at once to the
+    /// longest blocked worker (its woken take returns that job), rather
+    /// than waking it to take by the discipline when its take comes.
+    fn hands_off(&self) -> bool {
+        false
+    }
     /// Worker `w` asks, at the run's start or (`woken`) after a wake.
     fn take(&mut self, w: usize, woken: bool) -> Option<(u32, u32)>;
     /// Worker `w` finishes `job` of `tenant` and takes its next.
@@ -584,6 +597,11 @@ fn worker_path(server: &mut impl WorkerCalls, case: u32, d: &Discipline, steps: 
     let mut reference = AnyScheduler::new(&strategy, d.weights.clone(), || d.costs.clone());
     server.setup(case, d, workers);
     let mut doing = vec![Doing::Blocked; workers];
+    // Where the server hands off: the jobs handed out and not yet picked
+    // up, in the order they were handed (a woken worker picks up the
+    // first), and which woken workers were woken for one.
+    let mut pool = std::collections::VecDeque::new();
+    let mut handed = vec![false; workers];
     // The blocked workers, in the order they blocked.
     let mut line: Vec<usize> = Vec::new();
     let (mut next_job, mut halted) = (0u32, false);
@@ -612,11 +630,42 @@ fn worker_path(server: &mut impl WorkerCalls, case: u32, d: &Discipline, steps: 
         let what = format!("case {case}, step {k} {step:?} of {steps:?} under {d:?}");
         match *step {
             Step::Submit(ref tenants) if !halted => {
-                for &t in tenants {
-                    let got = server.submit(next_job, t, d.costs[next_job as usize]);
-                    let want = reference.push(t, next_job).map_err(|r| r.waiting);
+                let jobs: Vec<(u32, u32, f64)> = (next_job..)
+                    .zip(tenants)
+                    .map(|(j, &t)| (j, t, d.costs[j as usize]))
+                    .collect();
+                let got = server.submit_many(&jobs);
+                let blocked = line.clone();
+                let mut handed_to = Vec::new();
+                for (&(job, t, _), got) in jobs.iter().zip(got) {
+                    let want = reference.push(t, job).map_err(|r| r.waiting);
                     assert_eq!(got, want, "{what}");
-                    next_job += 1;
+                    // Handed at the push, as the model's idle workers take:
+                    // to the longest blocked, while a job may start.
+                    while server.hands_off() && !line.is_empty() {
+                        let w = line.remove(0);
+                        match expect(&mut reference, line.len(), halted) {
+                            Some(job) => {
+                                pool.push_back(job);
+                                handed[w] = true;
+                                doing[w] = Doing::Woken;
+                                handed_to.push(w);
+                            }
+                            None => {
+                                line.insert(0, w);
+                                break;
+                            }
+                        }
+                    }
+                }
+                next_job += jobs.len() as u32;
+                if server.hands_off() {
+                    handed_to.sort_unstable();
+                    assert_eq!(
+                        server.woken(&blocked),
+                        handed_to,
+                        "{what}: the workers handed a job"
+                    );
                 }
             }
             Step::Submit(_) => {}
@@ -658,7 +707,11 @@ fn worker_path(server: &mut impl WorkerCalls, case: u32, d: &Discipline, steps: 
                 break;
             };
             let got = server.take(w, true);
-            let want = expect(&mut reference, line.len(), halted);
+            let want = if std::mem::take(&mut handed[w]) {
+                pool.pop_front()
+            } else {
+                expect(&mut reference, line.len(), halted)
+            };
             assert_eq!(got, want, "{what}: worker {w}'s take, woken");
             assert!(
                 got.is_some() || halted,

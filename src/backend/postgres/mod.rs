@@ -7,8 +7,9 @@
 //! there already, dropped at the end), on a cluster the lab makes and
 //! starts ([`server`]) or on a database given by URL. This file is the
 //! coordinator's side ([`PgWire`], driven by [`Coordinator`]): the jobs due
-//! at one instant sent in one round trip, each in its own transaction; the
-//! records read back from the job table's stamps.
+//! at one instant sent in one call and one transaction
+//! (`noisylab_submit_many`, `submit.sql`); the records read back from the
+//! job table's stamps.
 
 pub mod server;
 pub mod worker;
@@ -17,15 +18,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, NoTls, SimpleQueryMessage};
+use postgres::{Client, NoTls};
 
 use super::coordinator::{Coordinator, lab_id};
 use super::wire::{Calls, Crew, Lifecycle, Meter, ServerCost, Setup, Stamp, Submit, queue_name};
 use super::{ServerKind, ServerPlan, Target};
 use server::OwnedCluster;
 
-/// The schema and its functions, as `noisylab scripts postgres` prints it.
-pub const SCHEMA: &str = include_str!("noisylab.sql");
+/// The schema and its functions, as `noisylab scripts postgres` prints it:
+/// the tables and the workers' calls, then the submits.
+pub const SCHEMA: &str = concat!(include_str!("noisylab.sql"), include_str!("submit.sql"));
 
 /// A lab on PostgreSQL: the coordinator over the PostgreSQL wire.
 pub type PgBackend = Coordinator<PgWire>;
@@ -308,31 +310,35 @@ impl Calls for PgWire {
     }
 
     fn submit(&mut self, batch: &[Submit<'_>]) -> Result<Vec<(bool, i64)>> {
-        // One transaction a job (a takes waits for one job's submit, not a
-        // burst's), all in one round trip; numbers only, made here.
-        let mut sql = String::with_capacity(batch.len() * 64);
-        for j in batch {
-            let cost = j.cost.unwrap_or("NULL");
-            sql += &format!(
-                "BEGIN; SELECT * FROM noisylab_submit({}, {}, {cost}); COMMIT;",
-                j.job, j.queue
-            );
-        }
-        let replies = self.client.simple_query(&sql).map_err(db)?;
-        let out: Vec<(bool, i64)> = replies
+        // The jobs due at one instant in one call and one transaction: the
+        // function hands the jobs that may start at once to idle workers
+        // as they come and enters the rest set-based (submit.sql).
+        let jobs: Vec<i64> = batch.iter().map(|j| i64::from(j.job)).collect();
+        let tenants: Vec<i32> = batch.iter().map(|j| j.queue as i32).collect();
+        let costs = batch
             .iter()
-            .filter_map(|m| match m {
-                SimpleQueryMessage::Row(row) => Some(row),
-                _ => None,
-            })
-            .map(|row| {
-                let ok = row.get(0) == Some("t");
-                let x = row.get(1).and_then(|x| x.parse().ok()).unwrap_or(0);
-                (ok, x)
-            })
-            .collect();
-        if out.len() != batch.len() {
-            bail!("{} replies to {} submits", out.len(), batch.len());
+            .map(|j| j.cost.map(str::parse::<f64>).transpose())
+            .collect::<Result<Vec<Option<f64>>, _>>()
+            .context("a job's cost is not a number")?;
+        let mut out = Vec::with_capacity(batch.len());
+        // A call that hands jobs out returns the rows of those it took, so
+        // that they start while the rest is sent again.
+        while out.len() < batch.len() {
+            let from = out.len();
+            let rows = self
+                .client
+                .query(
+                    "SELECT ok, x FROM noisylab_submit_many($1, $2, $3)",
+                    &[&&jobs[from..], &&tenants[from..], &&costs[from..]],
+                )
+                .map_err(db)?;
+            if rows.is_empty() || from + rows.len() > batch.len() {
+                bail!("{} replies to {} submits", rows.len(), batch.len() - from);
+            }
+            out.extend(
+                rows.iter()
+                    .map(|row| (row.get(0), i64::from(row.get::<_, i32>(1)))),
+            );
         }
         Ok(out)
     }

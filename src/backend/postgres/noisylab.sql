@@ -16,9 +16,9 @@
 -- with nothing to take, wait for a 'wake' on its channel and
 -- noisylab_take(me, true)), run the job, SELECT * FROM
 -- noisylab_finish(me, job, tenant), which hands back its next job. A
--- submitter calls SELECT * FROM noisylab_submit(job, tenant, cost), one
--- transaction a job (a burst pipelined: many such statements, each
--- followed by COMMIT, sent in one round trip).
+-- submitter calls SELECT * FROM noisylab_submit(job, tenant, cost), or for
+-- the jobs due at one instant SELECT * FROM noisylab_submit_many(jobs,
+-- tenants, costs): one call, one transaction (submit.sql, after this file).
 --
 -- Tables. Jobs are numbers growing with their arrival, tenants numbers.
 --   cfg     one row: queue = fifo | fair | vtc | halt, cap, qlimit, reserve
@@ -168,7 +168,12 @@ CREATE TABLE figures (worker int PRIMARY KEY, text text NOT NULL);
 -- each (a worker whose server process is gone is dead), and the workers a
 -- wake was sent to and has not been taken up by.
 CREATE TABLE worker (me int PRIMARY KEY, pid int NOT NULL);
-CREATE TABLE woken (worker int PRIMARY KEY);
+-- A worker woken for a job a submit handed out (`handed`) or by a plain
+-- wake (not); the jobs handed out and not yet picked up, in the order they
+-- were handed (a woken worker picks up the first: a worker slow to hear
+-- does not hold up the job handed out before another's).
+CREATE TABLE woken (worker int PRIMARY KEY, handed boolean NOT NULL DEFAULT false);
+CREATE TABLE handed (seq bigint PRIMARY KEY, job bigint NOT NULL, tenant int NOT NULL, lid bigint);
 -- Places in line (fair's lanes, the idle workers' order).
 CREATE SEQUENCE tick;
 CREATE SEQUENCE worker_id;
@@ -230,54 +235,6 @@ BEGIN
   IF first IS NOT NULL THEN
     SELECT min(id) INTO second FROM job WHERE tenant = p_t AND state = 'q' AND id > first;
   END IF;
-END $$;
-
--- Queue a job (of `cost`, charged by vtc when it starts) at `stamp`, or
--- refuse it when its tenant has `qlimit` waiting: (true, 0) or (false,
--- waiting).
-CREATE FUNCTION nl_push(c cfg, p_job bigint, p_t int, p_cost float8, stamp bigint,
-                        OUT ok boolean, OUT waiting int) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-  r int; x float8; lo float8;
-BEGIN
-  IF p_job <= c.newest THEN
-    RAISE EXCEPTION 'noisylab: job % is not newer than the last submitted (%): numbers must grow with submits',
-      p_job, c.newest;
-  END IF;
-  UPDATE cfg SET newest = p_job;
-  SELECT tenant.waiting, running INTO waiting, r FROM tenant WHERE t = p_t;
-  IF NOT FOUND THEN
-    INSERT INTO tenant (t) VALUES (p_t);
-    waiting := 0; r := 0;
-  END IF;
-  IF waiting >= c.qlimit THEN
-    INSERT INTO job (id, tenant, state, enqueued) VALUES (p_job, p_t, 'x', stamp);
-    ok := false;
-    RETURN;
-  END IF;
-  INSERT INTO job (id, tenant, cost, state, enqueued) VALUES (p_job, p_t, p_cost, 'q', stamp);
-  UPDATE cfg SET queued = queued + 1;
-  IF c.queue = 'vtc' AND waiting = 0 THEN
-    -- A tenant with nothing waiting banks no credit: lifted to the lowest
-    -- counter among tenants with work or, with none, the last one's.
-    SELECT ctr INTO lo FROM tenant WHERE tenant.waiting > 0 ORDER BY ctr LIMIT 1;
-    SELECT greatest(ctr, coalesce(lo, c.vlast)) INTO x FROM tenant WHERE t = p_t;
-    UPDATE tenant SET ctr = x WHERE t = p_t;
-  END IF;
-  UPDATE tenant SET waiting = tenant.waiting + 1 WHERE t = p_t;
-  IF c.cap <> nl_no_cap() THEN PERFORM nl_runnable(c, waiting, r, waiting + 1, r); END IF;
-  IF waiting = 0 AND r < c.cap THEN
-    IF c.queue = 'fair' THEN
-      UPDATE tenant SET lane = 0, ready = nextval('tick') WHERE t = p_t;
-    ELSE
-      PERFORM nl_ready(c, p_t, p_job);
-    END IF;
-  ELSIF waiting = 0 AND c.reserve >= 0 THEN
-    UPDATE tenant SET capped = p_job WHERE t = p_t;
-  END IF;
-  ok := true;
-  waiting := 0;
 END $$;
 
 -- Start the tenant's oldest job at `stamp`: it, the tenant's running count
@@ -411,22 +368,32 @@ END $$;
 CREATE FUNCTION nl_bury(c cfg) RETURNS int LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-  gone_idle int; gone_woken int; n int := 0;
+  gone_idle int; gone_woken int := 0; handed int := 0; n int := 0; g record; j bigint; t int;
 BEGIN
   WITH gone AS (
     DELETE FROM idle i WHERE NOT EXISTS (
       SELECT 1 FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid WHERE w.me = i.worker)
     RETURNING 1)
   SELECT count(*) INTO gone_idle FROM gone;
-  WITH gone AS (
-    DELETE FROM woken k WHERE NOT EXISTS (
+  -- For each dead worker woken for a handed job, the last job handed goes
+  -- back to its queue, as when its lease runs out.
+  FOR g IN DELETE FROM woken k WHERE NOT EXISTS (
       SELECT 1 FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid WHERE w.me = k.worker)
-    RETURNING 1)
-  SELECT count(*) INTO gone_woken FROM gone;
-  IF gone_idle + gone_woken = 0 THEN RETURN 0; END IF;
+    RETURNING k.handed LOOP
+    IF NOT g.handed THEN
+      gone_woken := gone_woken + 1;
+      CONTINUE;
+    END IF;
+    SELECT h.job, h.tenant INTO j, t FROM nl_pick_up(NULL, false) h;
+    IF j IS NOT NULL THEN
+      PERFORM nl_requeue(c, j, t);
+      handed := handed + 1;
+    END IF;
+  END LOOP;
+  IF gone_idle + gone_woken + handed = 0 THEN RETURN 0; END IF;
   UPDATE cfg SET idle = idle - gone_idle, pending = pending - gone_woken RETURNING * INTO c;
   IF c.queue = 'halt' THEN RETURN 0; END IF;
-  FOR k IN 1 .. gone_woken LOOP
+  FOR k IN 1 .. gone_woken + handed LOOP
     EXIT WHEN NOT nl_wake(c);
     SELECT * INTO c FROM cfg;
     n := n + 1;
@@ -514,7 +481,7 @@ BEGIN
   IF p_queue NOT IN ('fifo', 'fair', 'vtc') THEN
     RAISE EXCEPTION 'noisylab: unknown queue %, expected fifo, fair or vtc', p_queue;
   END IF;
-  TRUNCATE cfg, plan, job, tenant, idle, figures, woken;
+  TRUNCATE cfg, plan, job, tenant, idle, figures, woken, handed;
   ALTER SEQUENCE tick RESTART;
   INSERT INTO cfg (queue, cap, qlimit, reserve, channel) VALUES (
     p_queue,
@@ -551,28 +518,6 @@ BEGIN
   RETURN false;
 END $$;
 
--- submit(job, tenant, cost): (true, woke: an idle worker was woken for it)
--- or (false, waiting: refused by the queue limit). job NULL: the next
--- number, taken under the lock (for many submitters at once).
-CREATE FUNCTION noisylab_submit(p_job bigint, p_t int, p_cost float8,
-                                OUT ok boolean, OUT x int) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-  c cfg := nl_lock();
-  stamp bigint := nl_now();
-  new_id bigint := coalesce(p_job, c.newest + 1);
-BEGIN
-  IF nl_reap(c, stamp) > 0 THEN SELECT * INTO c FROM cfg; END IF;
-  SELECT p.ok, p.waiting INTO ok, x FROM nl_push(c, new_id, p_t, coalesce(p_cost, 1), stamp) p;
-  IF NOT ok THEN RETURN; END IF;
-  SELECT * INTO c FROM cfg;
-  x := 0;
-  IF nl_wake(c) THEN
-    UPDATE job SET woke = true WHERE id = new_id;
-    x := 1;
-  END IF;
-END $$;
-
 -- take(me, woken): worker `me` asks for a job, at the run's start (false)
 -- or woken (true): (job, tenant, lease), or nulls (it is idle: wait for a
 -- wake).
@@ -583,12 +528,19 @@ LANGUAGE plpgsql AS $$
 DECLARE
   c cfg := nl_lock();
   stamp bigint := nl_now();
+  was_handed boolean := false;
 BEGIN
   IF woken THEN
-    DELETE FROM woken WHERE worker = me;
-    IF FOUND THEN UPDATE cfg SET pending = pending - 1 RETURNING * INTO c; END IF;
+    DELETE FROM woken w WHERE w.worker = me RETURNING w.handed INTO was_handed;
+    IF FOUND AND NOT was_handed THEN UPDATE cfg SET pending = pending - 1 RETURNING * INTO c; END IF;
   END IF;
   IF nl_reap(c, stamp) > 0 THEN SELECT * INTO c FROM cfg; END IF;
+  -- Woken for a job a submit handed out: the first one handed, which
+  -- starts now (one whose lease ran out meanwhile went back to its queue).
+  IF was_handed THEN
+    SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_pick_up(stamp, true) h;
+    IF job IS NOT NULL THEN RETURN; END IF;
+  END IF;
   SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_hand_out(c, me, stamp) h;
 END $$;
 
@@ -683,12 +635,8 @@ BEGIN
   UPDATE cfg SET queue = 'halt';
 END $$;
 
--- The scheduler alone, for the equivalence tests: push(job, tenant, cost)
--- as submit without the wake; pop(idle) -> (tenant, job) or nulls;
--- done(tenant) as a finish.
-CREATE FUNCTION noisylab_push(p_job bigint, p_t int, p_cost float8, OUT ok boolean, OUT waiting int)
-LANGUAGE sql AS $$ SELECT * FROM nl_push(nl_lock(), p_job, p_t, p_cost, nl_now()) $$;
-
+-- The scheduler alone, for the equivalence tests: push (submit.sql);
+-- pop(idle) -> (tenant, job) or nulls; done(tenant) as a finish.
 CREATE FUNCTION noisylab_pop(p_idle int, OUT tenant int, OUT job bigint)
 LANGUAGE sql AS $$ SELECT * FROM nl_next(nl_lock(), p_idle, nl_now()) $$;
 
