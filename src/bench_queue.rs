@@ -20,6 +20,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use noisylab::backend::peers;
 use noisylab::backend::redis::server::{self, OwnedServer};
 use noisylab::backend::redis::{self as rb, worker};
 use redis::{Client, Connection, cmd};
@@ -38,17 +39,21 @@ struct Size {
     scale: [(u32, u32); 2],
     /// Finish-and-take calls timed in each scale state.
     timed: u32,
+    /// Jobs timed from submit to start on an idle pool.
+    pickups: u32,
 }
 
 const FULL: Size = Size {
     jobs: 100_000,
     scale: [(100, 10), (100_000, 10)],
     timed: 10_000,
+    pickups: 200,
 };
 const CHECK: Size = Size {
     jobs: 1_000,
     scale: [(10, 10), (100, 10)],
     timed: 100,
+    pickups: 20,
 };
 
 fn main() {
@@ -100,6 +105,7 @@ fn run(size: &Size) -> Result<()> {
         "\nThroughput, job_ms = 0, {THREADS} submitters then {THREADS} workers, {} jobs of {TENANTS} tenants:",
         size.jobs
     );
+    let mut fair_tp = (0.0, 0.0);
     for queue in QUEUES {
         let p = format!("tp:{queue}:");
         setup(&mut con, &p, queue)?;
@@ -124,6 +130,9 @@ fn run(size: &Size) -> Result<()> {
             n / take_s,
             n / (submit_s + take_s)
         );
+        if queue == "fair" {
+            fair_tp = (n / submit_s, n / take_s);
+        }
         cmd("FLUSHALL").query::<()>(&mut con)?;
     }
     let (lpush, rpop) = redis_benchmark(&server.url, 200 * size.jobs / 100)?;
@@ -131,6 +140,7 @@ fn run(size: &Size) -> Result<()> {
         "  redis-benchmark, {THREADS} clients: LPUSH {lpush:.0}/s, RPOP {rpop:.0}/s, a pair {:.0}/s",
         1.0 / (1.0 / lpush + 1.0 / rpop)
     );
+    beside_bullmq(&server.url, &client, &mut con, size, fair_tp)?;
     println!(
         "\nScale: the server's time per finish-and-take call (INFO latencystats, {} calls), memory per queued job:",
         size.timed
@@ -307,4 +317,109 @@ fn used_memory(con: &mut Connection) -> Result<f64> {
     rb::info_field(&info, "used_memory")
         .and_then(|v| v.parse().ok())
         .context("no used_memory in INFO")
+}
+
+/// The fair queue's pickup on an idle pool beside BullMQ's figures from the
+/// same server (skipped in one line without Node.js or its packages), with
+/// our (submit, drain) rates `fair_tp` from above as ratios to its own.
+fn beside_bullmq(
+    url: &str,
+    client: &Client,
+    con: &mut Connection,
+    size: &Size,
+    fair_tp: (f64, f64),
+) -> Result<()> {
+    let (p50, p99) = pickup(client, con, size.pickups)?;
+    println!(
+        "\nPickup on an idle pool ({THREADS} workers blocked on the wake list, {} jobs 10 ms apart, \
+         submit to take's reply): fair p50 {p50:.2} ms, p99 {p99:.2} ms",
+        size.pickups
+    );
+    cmd("FLUSHALL").query::<()>(con)?;
+    if let Some(why) = peers::missing() {
+        println!("  BullMQ beside it: skipped: {why}");
+        return Ok(());
+    }
+    let b = peers::measure("bullmq", url, size.jobs.min(20_000), size.pickups)?;
+    println!(
+        "  {} on the same server, concurrency {THREADS}, defaults: add {:.0}/s (addBulk), drain {:.0}/s, \
+         pickup p50 {:.2} ms, p99 {:.2} ms",
+        b.peer, b.add_per_s, b.drain_per_s, b.pickup_p50_ms, b.pickup_p99_ms
+    );
+    println!(
+        "  fair ÷ {}: submit ×{:.2}, drain ×{:.2}, pickup p50 ×{:.2}, p99 ×{:.2}",
+        b.peer,
+        fair_tp.0 / b.add_per_s,
+        fair_tp.1 / b.drain_per_s,
+        p50 / b.pickup_p50_ms,
+        p99 / b.pickup_p99_ms
+    );
+    cmd("FLUSHALL").query::<()>(con)?;
+    Ok(())
+}
+
+/// Submit to start on an idle pool: `THREADS` workers that take, finish and
+/// block on the wake list as the lab's do; `n` jobs of the fair queue
+/// submitted 10 ms apart, each timed from just before its submit to its
+/// take's reply: (p50, p99) in ms.
+fn pickup(client: &Client, con: &mut Connection, n: u32) -> Result<(f64, f64)> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let p = "pk:fair:";
+    setup(con, p, "fair")?;
+    let started = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let mut sent = Vec::with_capacity(n as usize);
+    let cons: Vec<Connection> = (0..THREADS)
+        .map(|_| client.get_connection())
+        .collect::<Result<_, _>>()?;
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = cons
+            .into_iter()
+            .map(|mut w| {
+                let (started, stop) = (&started, &stop);
+                s.spawn(move || -> Result<()> {
+                    let mut woken = false;
+                    loop {
+                        let mut next = worker::take(&mut w, p, woken)?;
+                        while let Some(payload) = next {
+                            let job = worker::parse(&payload)?;
+                            started.lock().unwrap().push((job.id, Instant::now()));
+                            next = worker::finish(&mut w, p, job)?;
+                        }
+                        let _: Vec<String> =
+                            cmd("BLPOP").arg(format!("{p}wake")).arg(0).query(&mut w)?;
+                        if stop.load(Ordering::SeqCst) {
+                            return Ok(());
+                        }
+                        woken = true;
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        for id in 0..n {
+            sent.push(Instant::now());
+            let (ok, _): (i64, i64) = submit(p, id, id % TENANTS, "fair").query(con)?;
+            if ok != 1 {
+                bail!("job {id} refused");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while started.lock().unwrap().len() < n as usize && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::SeqCst);
+        for _ in 0..THREADS {
+            cmd("RPUSH")
+                .arg(format!("{p}wake"))
+                .arg("stop")
+                .query::<i64>(con)?;
+        }
+        workers
+            .into_iter()
+            .try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("a worker panicked"))?)
+    })?;
+    peers::waits_ms(&sent, &started.into_inner().unwrap())
 }

@@ -20,10 +20,12 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use noisylab::backend::peers;
 use noisylab::backend::postgres::server::{self, OwnedCluster};
 use noisylab::backend::postgres::{self as pg};
 use noisylab::stats::{new_histogram, percentiles, record};
 use postgres::Client;
+use postgres::fallible_iterator::FallibleIterator;
 
 const THREADS: i32 = 20;
 
@@ -36,6 +38,10 @@ struct Size {
     window_timed: u32,
     jobs: i64,
     pgbench_s: u32,
+    /// Jobs of the burst timed entering.
+    burst: i64,
+    /// Jobs timed from submit to start on an idle pool.
+    pickups: u32,
 }
 
 const FULL: Size = Size {
@@ -44,6 +50,8 @@ const FULL: Size = Size {
     window_timed: 5,
     jobs: 20_000,
     pgbench_s: 10,
+    burst: 2_000,
+    pickups: 200,
 };
 const CHECK: Size = Size {
     queued: &[100, 1_000],
@@ -51,6 +59,8 @@ const CHECK: Size = Size {
     window_timed: 1,
     jobs: 200,
     pgbench_s: 1,
+    burst: 200,
+    pickups: 20,
 };
 
 fn main() {
@@ -118,13 +128,166 @@ fn run(size: &Size) -> Result<()> {
         println!("{line}");
     }
     println!("\nThroughput, job_ms = 0, {THREADS} clients (jobs a second):");
+    let mut fair_tp = (0.0, 0.0);
     for queue in ["fifo", "fair"] {
         let (submit, drain) = throughput(&cluster.url, &mut c, queue, size.jobs)?;
         println!("  {queue:<5} submit {submit:>8.0}   take and finish {drain:>8.0}");
+        if queue == "fair" {
+            fair_tp = (submit, drain);
+        }
     }
     let tps = pgbench(&cluster.url, size.pgbench_s)?;
     println!("  pgbench -N (simple update), {THREADS} clients: {tps:.0} transactions a second");
+    let burst = burst(&mut c, size.burst)?;
+    println!(
+        "\nA burst of {} jobs of one tenant due at one instant, 4 workers idle (noisylab_submit_many, \
+         queue limit 100 as the article lab's): {:.1} ms to enter",
+        size.burst,
+        burst * 1e3
+    );
+    beside_graphile(&cluster.url, &mut c, size, fair_tp)
+}
+
+/// Seconds for a burst of `n` jobs of one tenant, due at one instant, to
+/// enter a fair queue with a limit of 100 and 4 idle workers: the calls
+/// the coordinator makes (the first hands the 4 jobs out and returns).
+fn burst(c: &mut Client, n: i64) -> Result<f64> {
+    let none: (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+    c.execute(
+        "SELECT noisylab_setup('fair', -1, 100, -1, 'burst_', $1, $2)",
+        &[&none.0, &none.1],
+    )?;
+    for me in 1..=4 {
+        c.query_one("SELECT job FROM noisylab_take($1, false)", &[&me])?;
+    }
+    let jobs: Vec<i64> = (0..n).collect();
+    let tenants = vec![20i32; jobs.len()];
+    let started = Instant::now();
+    let mut from = 0;
+    while from < jobs.len() {
+        let rows = c.query(
+            "SELECT ok FROM noisylab_submit_many($1, $2, NULL)",
+            &[&&jobs[from..], &&tenants[from..]],
+        )?;
+        if rows.is_empty() {
+            bail!("a submit that took no job");
+        }
+        from += rows.len();
+    }
+    let took = started.elapsed().as_secs_f64();
+    let refused: i64 = c
+        .query_one("SELECT count(*) FROM job WHERE state = 'x'", &[])?
+        .get(0);
+    if refused != (n - 104).max(0) {
+        bail!("the burst: {refused} refused, not {}", (n - 104).max(0));
+    }
+    Ok(took)
+}
+
+/// The fair queue's pickup on an idle pool beside graphile-worker's
+/// figures on the same cluster (skipped in one line without Node.js or
+/// its packages), with our (submit, drain) rates `fair_tp` as ratios.
+fn beside_graphile(url: &str, c: &mut Client, size: &Size, fair_tp: (f64, f64)) -> Result<()> {
+    let (p50, p99) = pickup(url, c, size.pickups)?;
+    println!(
+        "\nPickup on an idle pool ({THREADS} workers on LISTEN, {} jobs 10 ms apart, submit to take's \
+         reply): fair p50 {p50:.2} ms, p99 {p99:.2} ms",
+        size.pickups
+    );
+    if let Some(why) = peers::missing() {
+        println!("  graphile-worker beside it: skipped: {why}");
+        return Ok(());
+    }
+    let g = peers::measure("graphile-worker", url, size.jobs as u32, size.pickups)?;
+    println!(
+        "  {} on the same cluster, concurrency {THREADS}, defaults: add {:.0}/s (addJobs), drain {:.0}/s, \
+         pickup p50 {:.2} ms, p99 {:.2} ms",
+        g.peer, g.add_per_s, g.drain_per_s, g.pickup_p50_ms, g.pickup_p99_ms
+    );
+    println!(
+        "  fair ÷ {}: submit ×{:.2}, drain ×{:.2}, pickup p50 ×{:.2}, p99 ×{:.2}",
+        g.peer,
+        fair_tp.0 / g.add_per_s,
+        fair_tp.1 / g.drain_per_s,
+        p50 / g.pickup_p50_ms,
+        p99 / g.pickup_p99_ms
+    );
     Ok(())
+}
+
+/// Submit to start on an idle pool: `THREADS` workers that join, `LISTEN`
+/// and take as the lab's do; `n` jobs of the fair queue submitted 10 ms
+/// apart, each timed from just before its submit to its take's reply:
+/// (p50, p99) in ms.
+fn pickup(url: &str, c: &mut Client, n: u32) -> Result<(f64, f64)> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let none: (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+    c.execute(
+        "SELECT noisylab_setup('fair', -1, -1, -1, 'pk_', $1, $2)",
+        &[&none.0, &none.1],
+    )?;
+    c.batch_execute("TRUNCATE worker")?;
+    let started = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let ready = std::sync::Barrier::new(THREADS as usize + 1);
+    let mut sent = Vec::with_capacity(n as usize);
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (started, stop, ready) = (&started, &stop, &ready);
+                s.spawn(move || -> Result<()> {
+                    let mut w = pg::connect(url)?;
+                    w.batch_execute("SET search_path TO bench")?;
+                    let me: i32 = w.query_one("SELECT noisylab_join()", &[])?.get(0);
+                    w.batch_execute(&format!("LISTEN pk_{me}"))?;
+                    w.query_one("SELECT noisylab_ready($1)", &[&me])?;
+                    ready.wait();
+                    let mut woken = false;
+                    loop {
+                        let mut next = w.query_one(
+                            "SELECT job, tenant FROM noisylab_take($1, $2)",
+                            &[&me, &woken],
+                        )?;
+                        while let (Some(job), Some(t)) =
+                            (next.get::<_, Option<i64>>(0), next.get::<_, Option<i32>>(1))
+                        {
+                            started.lock().unwrap().push((job as u32, Instant::now()));
+                            next = w.query_one(
+                                "SELECT job, tenant FROM noisylab_finish($1, $2, $3, NULL)",
+                                &[&me, &job, &t],
+                            )?;
+                        }
+                        w.notifications().blocking_iter().next()?;
+                        if stop.load(Ordering::SeqCst) {
+                            return Ok(());
+                        }
+                        woken = true;
+                    }
+                })
+            })
+            .collect();
+        ready.wait();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        for id in 0..n {
+            sent.push(Instant::now());
+            c.query_one(
+                "SELECT ok FROM noisylab_submit($1, $2, 1)",
+                &[&i64::from(id), &((id % 21) as i32)],
+            )?;
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while started.lock().unwrap().len() < n as usize && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::SeqCst);
+        c.batch_execute("SELECT pg_notify('pk_' || me, 'stop') FROM worker")?;
+        workers
+            .into_iter()
+            .try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("a worker panicked"))?)
+    })?;
+    peers::waits_ms(&sent, &started.into_inner().unwrap())
 }
 
 /// A queue of `queue` (with `cap`, -1: none) holding `n` jobs of `tenants`

@@ -34,6 +34,7 @@
 pub mod clients;
 pub mod coordinator;
 pub mod faults;
+pub mod peers;
 pub mod postgres;
 pub mod process;
 pub mod rebuild;
