@@ -2,7 +2,7 @@
 CARGO ?= cargo
 BIN := target/release/noisylab
 
-.PHONY: lab lab-redis lab-postgres test build report bench calibrate bands docs shims
+.PHONY: lab lab-redis lab-postgres test build report bench calibrate bands docs shims peers
 
 build:
 	$(CARGO) build --release --locked
@@ -51,9 +51,12 @@ test:
 # with the provider's limits and retrying clients; then the Redis functions'
 # throughput beside redis-benchmark and their server time at a million
 # queued jobs (skipped in one line without redis-server); then the SQL
-# functions' take time by jobs queued, to a million, and their throughput
-# beside pgbench (skipped in one line without PostgreSQL).
-bench: build
+# functions' take time by jobs queued, to a million, their throughput
+# beside pgbench and a 2,000-job burst's entry (skipped in one line without
+# PostgreSQL). On each server, BullMQ and graphile-worker beside the fair
+# queue (add, drain, pickup on an idle pool), written to reports/bench/
+# (skipped in one line without Node.js).
+bench: build peers
 	$(CARGO) bench --locked --bench sched
 	$(CARGO) bench --locked --bench queue
 	$(CARGO) bench --locked --bench table
@@ -82,3 +85,9 @@ shims:
 	npm ci --prefix src/shims/bullmq --no-audit --no-fund
 	python3 -m venv target/shims/celery
 	target/shims/celery/bin/pip install --quiet --disable-pip-version-check -r src/shims/celery/requirements.txt
+
+# The queues make bench measures beside ours (src/peers/: BullMQ, graphile-
+# worker), as package-lock.json pins them; without npm, one line.
+peers:
+	@if command -v npm > /dev/null; then npm ci --prefix src/peers --no-audit --no-fund; \
+	else echo "make peers: npm is not on PATH: make bench skips the peers (apt-get install nodejs npm)"; fi

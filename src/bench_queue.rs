@@ -41,6 +41,8 @@ struct Size {
     timed: u32,
     /// Jobs timed from submit to start on an idle pool.
     pickups: u32,
+    /// Whether to write the table beside the peer (reports/bench/).
+    report: bool,
 }
 
 const FULL: Size = Size {
@@ -48,12 +50,14 @@ const FULL: Size = Size {
     scale: [(100, 10), (100_000, 10)],
     timed: 10_000,
     pickups: 200,
+    report: true,
 };
 const CHECK: Size = Size {
     jobs: 1_000,
     scale: [(10, 10), (100, 10)],
     timed: 100,
     pickups: 20,
+    report: false,
 };
 
 fn main() {
@@ -140,7 +144,10 @@ fn run(size: &Size) -> Result<()> {
         "  redis-benchmark, {THREADS} clients: LPUSH {lpush:.0}/s, RPOP {rpop:.0}/s, a pair {:.0}/s",
         1.0 / (1.0 / lpush + 1.0 / rpop)
     );
-    beside_bullmq(&server.url, &client, &mut con, size, fair_tp)?;
+    let setting = format!(
+        "Redis {version}, a server of the bench's own on loopback, persistence off (no RDB, no AOF) for both"
+    );
+    beside_bullmq(&server.url, &client, &mut con, size, fair_tp, &setting)?;
     println!(
         "\nScale: the server's time per finish-and-take call (INFO latencystats, {} calls), memory per queued job:",
         size.timed
@@ -328,6 +335,7 @@ fn beside_bullmq(
     con: &mut Connection,
     size: &Size,
     fair_tp: (f64, f64),
+    setting: &str,
 ) -> Result<()> {
     let (p50, p99) = pickup(client, con, size.pickups)?;
     println!(
@@ -354,6 +362,25 @@ fn beside_bullmq(
         p50 / b.pickup_p50_ms,
         p99 / b.pickup_p99_ms
     );
+    if size.report {
+        let ours = peers::PeerFigures {
+            peer: "noisylab fair (Redis functions)".into(),
+            add_per_s: fair_tp.0,
+            drain_per_s: fair_tp.1,
+            pickup_p50_ms: p50,
+            pickup_p99_ms: p99,
+        };
+        let setting = format!(
+            "{setting}; noisylab: {} jobs submitted by {THREADS} threads one call each, then drained by \
+             {THREADS} worker threads; {}: {} jobs in one addBulk, then drained by one Worker at \
+             concurrency {THREADS}, its defaults",
+            size.jobs,
+            b.peer,
+            size.jobs.min(20_000)
+        );
+        let path = peers::write_table("redis", &setting, &ours, &b)?;
+        println!("  written to {}", path.display());
+    }
     cmd("FLUSHALL").query::<()>(con)?;
     Ok(())
 }

@@ -42,6 +42,8 @@ struct Size {
     burst: i64,
     /// Jobs timed from submit to start on an idle pool.
     pickups: u32,
+    /// Whether to write the table beside the peer (reports/bench/).
+    report: bool,
 }
 
 const FULL: Size = Size {
@@ -52,6 +54,7 @@ const FULL: Size = Size {
     pgbench_s: 10,
     burst: 2_000,
     pickups: 200,
+    report: true,
 };
 const CHECK: Size = Size {
     queued: &[100, 1_000],
@@ -61,6 +64,7 @@ const CHECK: Size = Size {
     pgbench_s: 1,
     burst: 200,
     pickups: 20,
+    report: false,
 };
 
 fn main() {
@@ -145,7 +149,10 @@ fn run(size: &Size) -> Result<()> {
         size.burst,
         burst * 1e3
     );
-    beside_graphile(&cluster.url, &mut c, size, fair_tp)
+    let setting = format!(
+        "PostgreSQL {version}, a cluster of the bench's own on loopback, fsync on, synchronous_commit on for both"
+    );
+    beside_graphile(&cluster.url, &mut c, size, fair_tp, &setting)
 }
 
 /// Seconds for a burst of `n` jobs of one tenant, due at one instant, to
@@ -187,7 +194,13 @@ fn burst(c: &mut Client, n: i64) -> Result<f64> {
 /// The fair queue's pickup on an idle pool beside graphile-worker's
 /// figures on the same cluster (skipped in one line without Node.js or
 /// its packages), with our (submit, drain) rates `fair_tp` as ratios.
-fn beside_graphile(url: &str, c: &mut Client, size: &Size, fair_tp: (f64, f64)) -> Result<()> {
+fn beside_graphile(
+    url: &str,
+    c: &mut Client,
+    size: &Size,
+    fair_tp: (f64, f64),
+    setting: &str,
+) -> Result<()> {
     let (p50, p99) = pickup(url, c, size.pickups)?;
     println!(
         "\nPickup on an idle pool ({THREADS} workers on LISTEN, {} jobs 10 ms apart, submit to take's \
@@ -212,6 +225,23 @@ fn beside_graphile(url: &str, c: &mut Client, size: &Size, fair_tp: (f64, f64)) 
         p50 / g.pickup_p50_ms,
         p99 / g.pickup_p99_ms
     );
+    if size.report {
+        let ours = peers::PeerFigures {
+            peer: "noisylab fair (SQL functions)".into(),
+            add_per_s: fair_tp.0,
+            drain_per_s: fair_tp.1,
+            pickup_p50_ms: p50,
+            pickup_p99_ms: p99,
+        };
+        let setting = format!(
+            "{setting}; noisylab: {} jobs submitted by {THREADS} threads one call (one transaction) each, \
+             then drained by {THREADS} worker threads; {}: {} jobs in one addJobs, then drained by one \
+             runner at concurrency {THREADS}, its defaults",
+            size.jobs, g.peer, size.jobs
+        );
+        let path = peers::write_table("postgres", &setting, &ours, &g)?;
+        println!("  written to {}", path.display());
+    }
     Ok(())
 }
 

@@ -85,3 +85,63 @@ pub fn waits_ms(sent: &[Instant], started: &[(u32, Instant)]) -> Result<(f64, f6
     let p = crate::stats::percentiles(&h, 1e6);
     Ok((p.p50, p.p99))
 }
+
+/// Write `reports/bench/NAME.md` (under this checkout): the table of
+/// noisylab's `ours` beside `peer`, measured in one run on one server
+/// (`setting`: the server, its version and durability), for `make bench`
+/// to regenerate and the docs to link.
+pub fn write_table(
+    name: &str,
+    setting: &str,
+    ours: &PeerFigures,
+    peer: &PeerFigures,
+) -> Result<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/bench");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
+    let path = dir.join(format!("{name}.md"));
+    let machine = crate::machine::Machine::this().describe();
+    let rows = [
+        ("Jobs added a second", ours.add_per_s, peer.add_per_s, "/s"),
+        (
+            "Jobs drained a second (20 workers, no-op jobs)",
+            ours.drain_per_s,
+            peer.drain_per_s,
+            "/s",
+        ),
+        (
+            "Enqueue to start on an idle pool, p50",
+            ours.pickup_p50_ms,
+            peer.pickup_p50_ms,
+            " ms",
+        ),
+        (
+            "Enqueue to start on an idle pool, p99",
+            ours.pickup_p99_ms,
+            peer.pickup_p99_ms,
+            " ms",
+        ),
+    ];
+    let mut text = format!(
+        "<!-- Written by `make bench` ({name}); do not edit. -->\n\n\
+         {setting}; {machine}; one run.\n\n\
+         | | {} | {} | ratio |\n|---|---|---|---|\n",
+        ours.peer, peer.peer
+    );
+    for (what, a, b, unit) in rows {
+        let fmt = |v: f64| {
+            if unit == "/s" {
+                crate::units::count(v.round() as u64)
+            } else {
+                format!("{v:.2}")
+            }
+        };
+        text += &format!(
+            "| {what} | {}{unit} | {}{unit} | ×{:.2} |\n",
+            fmt(a),
+            fmt(b),
+            a / b
+        );
+    }
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
