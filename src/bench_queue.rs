@@ -349,27 +349,15 @@ fn beside_bullmq(
         return Ok(());
     }
     let b = peers::measure("bullmq", url, size.jobs.min(20_000), size.pickups)?;
-    println!(
-        "  {} on the same server, concurrency {THREADS}, defaults: add {:.0}/s (addBulk), drain {:.0}/s, \
-         pickup p50 {:.2} ms, p99 {:.2} ms",
-        b.peer, b.add_per_s, b.drain_per_s, b.pickup_p50_ms, b.pickup_p99_ms
-    );
-    println!(
-        "  fair ÷ {}: submit ×{:.2}, drain ×{:.2}, pickup p50 ×{:.2}, p99 ×{:.2}",
-        b.peer,
-        fair_tp.0 / b.add_per_s,
-        fair_tp.1 / b.drain_per_s,
-        p50 / b.pickup_p50_ms,
-        p99 / b.pickup_p99_ms
-    );
+    let ours = peers::PeerFigures {
+        peer: "noisylab fair (Redis functions)".into(),
+        add_per_s: fair_tp.0,
+        drain_per_s: fair_tp.1,
+        pickup_p50_ms: p50,
+        pickup_p99_ms: p99,
+    };
+    peers::print_beside(&ours, &b, "the same server", "addBulk");
     if size.report {
-        let ours = peers::PeerFigures {
-            peer: "noisylab fair (Redis functions)".into(),
-            add_per_s: fair_tp.0,
-            drain_per_s: fair_tp.1,
-            pickup_p50_ms: p50,
-            pickup_p99_ms: p99,
-        };
         let setting = format!(
             "{setting}; noisylab: {} jobs submitted by {THREADS} threads one call each, then drained by \
              {THREADS} worker threads; {}: {} jobs in one addBulk, then drained by one Worker at \

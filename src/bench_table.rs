@@ -212,27 +212,15 @@ fn beside_graphile(
         return Ok(());
     }
     let g = peers::measure("graphile-worker", url, size.jobs as u32, size.pickups)?;
-    println!(
-        "  {} on the same cluster, concurrency {THREADS}, defaults: add {:.0}/s (addJobs), drain {:.0}/s, \
-         pickup p50 {:.2} ms, p99 {:.2} ms",
-        g.peer, g.add_per_s, g.drain_per_s, g.pickup_p50_ms, g.pickup_p99_ms
-    );
-    println!(
-        "  fair ÷ {}: submit ×{:.2}, drain ×{:.2}, pickup p50 ×{:.2}, p99 ×{:.2}",
-        g.peer,
-        fair_tp.0 / g.add_per_s,
-        fair_tp.1 / g.drain_per_s,
-        p50 / g.pickup_p50_ms,
-        p99 / g.pickup_p99_ms
-    );
+    let ours = peers::PeerFigures {
+        peer: "noisylab fair (SQL functions)".into(),
+        add_per_s: fair_tp.0,
+        drain_per_s: fair_tp.1,
+        pickup_p50_ms: p50,
+        pickup_p99_ms: p99,
+    };
+    peers::print_beside(&ours, &g, "the same cluster", "addJobs");
     if size.report {
-        let ours = peers::PeerFigures {
-            peer: "noisylab fair (SQL functions)".into(),
-            add_per_s: fair_tp.0,
-            drain_per_s: fair_tp.1,
-            pickup_p50_ms: p50,
-            pickup_p99_ms: p99,
-        };
         let setting = format!(
             "{setting}; noisylab: {} jobs submitted by {THREADS} threads one call (one transaction) each, \
              then drained by {THREADS} worker threads; {}: {} jobs in one addJobs, then drained by one \

@@ -145,3 +145,22 @@ pub fn write_table(
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
+
+/// Print `peer`'s figures (measured on `place`, added by `bulk`) and our
+/// `ours` as ratios to them, in two lines.
+pub fn print_beside(ours: &PeerFigures, peer: &PeerFigures, place: &str, bulk: &str) {
+    println!(
+        "  {} on {place}, concurrency 20, defaults: add {:.0}/s ({bulk}), drain {:.0}/s, \
+         pickup p50 {:.2} ms, p99 {:.2} ms",
+        peer.peer, peer.add_per_s, peer.drain_per_s, peer.pickup_p50_ms, peer.pickup_p99_ms
+    );
+    println!(
+        "  {} ÷ {}: submit ×{:.2}, drain ×{:.2}, pickup p50 ×{:.2}, p99 ×{:.2}",
+        ours.peer,
+        peer.peer,
+        ours.add_per_s / peer.add_per_s,
+        ours.drain_per_s / peer.drain_per_s,
+        ours.pickup_p50_ms / peer.pickup_p50_ms,
+        ours.pickup_p99_ms / peer.pickup_p99_ms
+    );
+}
