@@ -590,7 +590,10 @@ enum Doing {
 /// has taken, to the lab's counts: the server's idle count is the workers
 /// blocked, no wake is left pending, a woken worker was handed a job (a
 /// wake is sent for a job no other wake covers), and no worker stays
-/// blocked while the scheduler has a job to start.
+/// blocked while the scheduler has a job to start. Where the server hands
+/// jobs out at the submit (PostgreSQL), each hand-off is held to the
+/// scheduler's take at that push, to the longest blocked worker, and each
+/// woken take to the jobs handed out, in the order they were handed.
 fn worker_path(server: &mut impl WorkerCalls, case: u32, d: &Discipline, steps: &[Step]) {
     let workers = 4usize;
     let strategy = strategy_of(d);

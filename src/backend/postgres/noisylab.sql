@@ -384,7 +384,7 @@ BEGIN
       gone_woken := gone_woken + 1;
       CONTINUE;
     END IF;
-    SELECT h.job, h.tenant INTO j, t FROM nl_pick_up(NULL, false) h;
+    SELECT h.job, h.tenant INTO j, t FROM nl_pick_up(NULL, false, NULL) h;
     IF j IS NOT NULL THEN
       PERFORM nl_requeue(c, j, t);
       handed := handed + 1;
@@ -536,9 +536,9 @@ BEGIN
   END IF;
   IF nl_reap(c, stamp) > 0 THEN SELECT * INTO c FROM cfg; END IF;
   -- Woken for a job a submit handed out: the first one handed, which
-  -- starts now (one whose lease ran out meanwhile went back to its queue).
+  -- starts now, its lease with it.
   IF was_handed THEN
-    SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_pick_up(stamp, true) h;
+    SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_pick_up(stamp, true, c.lease) h;
     IF job IS NOT NULL THEN RETURN; END IF;
   END IF;
   SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_hand_out(c, me, stamp) h;

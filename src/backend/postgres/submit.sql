@@ -150,11 +150,13 @@ BEGIN
 END $$;
 
 -- A job handed out and not picked up: the first handed (`first`), started
--- at `stamp` by the woken worker picking it up, or the last (to go back to
--- its queue); one whose lease ran out and went back is passed over. Nulls
--- when none is left.
-CREATE FUNCTION nl_pick_up(stamp bigint, first boolean, OUT job bigint, OUT tenant int,
-                           OUT lease bigint) LANGUAGE plpgsql AS $$
+-- at `stamp` by the woken worker picking it up, its lease (of `p_lease`
+-- µs, NULL: none) renewed from then, or the last (stamp NULL: to go back
+-- to its queue). One whose lease ran out before its pick-up (a worker
+-- stopped or too slow to hear) went back to its queue and is passed over.
+-- Nulls when none is left.
+CREATE FUNCTION nl_pick_up(stamp bigint, first boolean, p_lease bigint, OUT job bigint,
+                           OUT tenant int, OUT lease bigint) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE h handed;
 BEGIN
@@ -163,7 +165,7 @@ BEGIN
       SELECT seq FROM handed ORDER BY CASE WHEN first THEN seq ELSE -seq END LIMIT 1)
       RETURNING * INTO h;
     IF NOT FOUND THEN RETURN; END IF;
-    UPDATE job j SET started = coalesce(stamp, j.started)
+    UPDATE job j SET started = coalesce(stamp, j.started), until = stamp + p_lease
       WHERE j.id = h.job AND j.state = 'r' AND j.lid IS NOT DISTINCT FROM h.lid;
     IF FOUND THEN
       job := h.job; tenant := h.tenant; lease := h.lid;

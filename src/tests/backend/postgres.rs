@@ -377,6 +377,48 @@ fn a_slow_link_holds_its_process_s_jobs_longer_and_loses_nothing_on_postgres() {
     );
 }
 
+#[test]
+fn a_job_handed_to_an_idle_worker_starts_and_renews_its_lease_at_its_pick_up() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    let mut c = schema(&cluster.url, "handed");
+    let (weights, durations): (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+    c.execute(
+        "SELECT noisylab_setup('fair', -1, -1, -1, 'handed_', $1, $2)",
+        &[&weights, &durations],
+    )
+    .unwrap();
+    // Worker 1, alive (this connection's server process), idle, a lease of
+    // 50 ms; a submit hands it job 0.
+    c.batch_execute("SELECT noisylab_ready(1); SELECT noisylab_lease(50000)")
+        .unwrap();
+    let idle: Option<i64> = c
+        .query_one("SELECT job FROM noisylab_take(1, false)", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(idle, None);
+    let r = c
+        .query_one("SELECT ok, x FROM noisylab_submit(0, 1, 1)", &[])
+        .unwrap();
+    assert_eq!((r.get::<_, bool>(0), r.get::<_, i32>(1)), (true, 1));
+    // The worker is slow to hear, within the lease.
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let got: Option<i64> = c
+        .query_one("SELECT job FROM noisylab_take(1, true)", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(got, Some(0));
+    let row = c
+        .query_one("SELECT enqueued, started, until FROM job WHERE id = 0", &[])
+        .unwrap();
+    let (enqueued, started, until): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert!(
+        started - enqueued >= 30_000,
+        "started at the pick-up: {enqueued} {started}"
+    );
+    assert_eq!(until - started, 50_000, "the lease renewed at the pick-up");
+}
+
 /// A job, its tenant and its lease, as a take or a finish hands it out.
 type Handed = (Option<i64>, Option<i32>, Option<i64>);
 
