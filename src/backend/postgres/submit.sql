@@ -16,10 +16,10 @@
 -- enter in a few set-based statements (nl_push_rest), in a second call
 -- when the first handed jobs out (so that they start without waiting for
 -- the rest): their rows in one INSERT, each tenant's counters once, the
--- queue's counters once. Row by
--- row, a burst would update the same cfg and tenant rows once a job in one
--- transaction, and each update walks the versions the transaction left
--- before it: 2,000 jobs cost seconds, not milliseconds.
+-- queue's counters once. Row by row, a burst would update the same cfg and
+-- tenant rows once a job in one transaction, and each update walks the
+-- versions the transaction left before it: 2,000 jobs cost seconds, not
+-- milliseconds.
 
 -- Queue a job (of `cost`, charged by vtc when it starts) at `stamp`, or
 -- refuse it when its tenant has `qlimit` waiting: (true, 0) or (false,
