@@ -170,17 +170,7 @@ fn burst(c: &mut Client, n: i64) -> Result<f64> {
     let jobs: Vec<i64> = (0..n).collect();
     let tenants = vec![20i32; jobs.len()];
     let started = Instant::now();
-    let mut from = 0;
-    while from < jobs.len() {
-        let rows = c.query(
-            "SELECT ok FROM noisylab_submit_many($1, $2, NULL)",
-            &[&&jobs[from..], &&tenants[from..]],
-        )?;
-        if rows.is_empty() {
-            bail!("a submit that took no job");
-        }
-        from += rows.len();
-    }
+    pg::submit_many(c, &jobs, &tenants, &vec![None; jobs.len()])?;
     let took = started.elapsed().as_secs_f64();
     let refused: i64 = c
         .query_one("SELECT count(*) FROM job WHERE state = 'x'", &[])?

@@ -74,6 +74,36 @@ pub fn one_line(e: &postgres::Error) -> String {
     }
 }
 
+/// Jobs due at one instant (numbers, tenants, costs: `None` is 1) through
+/// `noisylab_submit_many`, called again with the rest while a call returns
+/// fewer rows than it was given (it handed jobs out, so that they start
+/// first): (accepted, woke or the waiting it met) for each, in order.
+pub fn submit_many(
+    client: &mut Client,
+    jobs: &[i64],
+    tenants: &[i32],
+    costs: &[Option<f64>],
+) -> Result<Vec<(bool, i64)>> {
+    let mut out = Vec::with_capacity(jobs.len());
+    while out.len() < jobs.len() {
+        let from = out.len();
+        let rows = client
+            .query(
+                "SELECT ok, x FROM noisylab_submit_many($1, $2, $3)",
+                &[&&jobs[from..], &&tenants[from..], &&costs[from..]],
+            )
+            .map_err(db)?;
+        if rows.is_empty() || from + rows.len() > jobs.len() {
+            bail!("{} replies to {} submits", rows.len(), jobs.len() - from);
+        }
+        out.extend(
+            rows.iter()
+                .map(|row| (row.get(0), i64::from(row.get::<_, i32>(1)))),
+        );
+    }
+    Ok(out)
+}
+
 /// Make schema `schema` on `client` (refused if it exists) and load the
 /// functions into it; the connection's `search_path` is left on it.
 pub fn make_schema(client: &mut Client, schema: &str) -> Result<()> {
@@ -320,27 +350,7 @@ impl Calls for PgWire {
             .map(|j| j.cost.map(str::parse::<f64>).transpose())
             .collect::<Result<Vec<Option<f64>>, _>>()
             .context("a job's cost is not a number")?;
-        let mut out = Vec::with_capacity(batch.len());
-        // A call that hands jobs out returns the rows of those it took, so
-        // that they start while the rest is sent again.
-        while out.len() < batch.len() {
-            let from = out.len();
-            let rows = self
-                .client
-                .query(
-                    "SELECT ok, x FROM noisylab_submit_many($1, $2, $3)",
-                    &[&&jobs[from..], &&tenants[from..], &&costs[from..]],
-                )
-                .map_err(db)?;
-            if rows.is_empty() || from + rows.len() > batch.len() {
-                bail!("{} replies to {} submits", rows.len(), batch.len() - from);
-            }
-            out.extend(
-                rows.iter()
-                    .map(|row| (row.get(0), i64::from(row.get::<_, i32>(1)))),
-            );
-        }
-        Ok(out)
+        submit_many(&mut self.client, &jobs, &tenants, &costs)
     }
 
     fn expect(&mut self, n: u64) -> Result<()> {

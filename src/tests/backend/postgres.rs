@@ -735,25 +735,12 @@ impl super::WorkerCalls for PgWorkers {
     fn submit_many(&mut self, jobs: &[(u32, u32, f64)]) -> Vec<Result<(), u32>> {
         let ids: Vec<i64> = jobs.iter().map(|j| i64::from(j.0)).collect();
         let tenants: Vec<i32> = jobs.iter().map(|j| j.1 as i32).collect();
-        let costs: Vec<f64> = jobs.iter().map(|j| j.2).collect();
-        let mut out = Vec::new();
-        // A call that hands jobs out returns fewer rows: the rest again.
-        while out.len() < jobs.len() {
-            let from = out.len();
-            let rows = self
-                .client
-                .query(
-                    "SELECT ok, x FROM noisylab_submit_many($1, $2, $3)",
-                    &[&&ids[from..], &&tenants[from..], &&costs[from..]],
-                )
-                .unwrap();
-            assert!(!rows.is_empty(), "a call that took no job");
-            out.extend(rows.iter().map(|r| {
-                let (ok, waiting): (bool, i32) = (r.get(0), r.get(1));
-                if ok { Ok(()) } else { Err(waiting as u32) }
-            }));
-        }
-        out
+        let costs: Vec<Option<f64>> = jobs.iter().map(|j| Some(j.2)).collect();
+        pg::submit_many(&mut self.client, &ids, &tenants, &costs)
+            .unwrap()
+            .into_iter()
+            .map(|(ok, x)| if ok { Ok(()) } else { Err(x as u32) })
+            .collect()
     }
 
     fn hands_off(&self) -> bool {
