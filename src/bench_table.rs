@@ -10,10 +10,14 @@
 //!   for fifo, fair, fair with a cap of 4 and vtc; beside a window query
 //!   over `PARTITION BY tenant` on the same table (the kind of fair take
 //!   that sorts every queued job), timed a few times.
-//! - Throughput with `job_ms = 0`: 20 client threads submit, then 20 worker
-//!   threads take and finish (a finish and the next take in one call), for
-//!   fifo and fair; beside `pgbench`'s simple-update rate (`-N`, 20
-//!   clients) on the same cluster, in the same run.
+//! - Throughput with `job_ms = 0`: 20 client threads submit, one call
+//!   each; then the same number of jobs added at once (one
+//!   `noisylab_submit_many` call) and drained by 20 worker threads (a
+//!   finish and the next take in one call), for fifo and fair, every call a
+//!   prepared statement as in the lab; beside `pgbench`'s simple-update
+//!   rate (`-N`, 20 clients) and its tpcb-like rate at scale 1 (every
+//!   transaction updating one row: the floor of one lock held through a
+//!   commit) on the same cluster, in the same run.
 //!
 //! Without PostgreSQL's binaries it prints one line and exits 0.
 
@@ -132,16 +136,25 @@ fn run(size: &Size) -> Result<()> {
         println!("{line}");
     }
     println!("\nThroughput, job_ms = 0, {THREADS} clients (jobs a second):");
-    let mut fair_tp = (0.0, 0.0);
+    let mut fair_tp = None;
     for queue in ["fifo", "fair"] {
-        let (submit, drain) = throughput(&cluster.url, &mut c, queue, size.jobs)?;
-        println!("  {queue:<5} submit {submit:>8.0}   take and finish {drain:>8.0}");
+        let r = throughput(&cluster.url, &mut c, queue, size.jobs)?;
+        println!(
+            "  {queue:<5} submit {:>8.0}   added at once {:>8.0}   take and finish {:>8.0}",
+            r.submit, r.add, r.drain
+        );
         if queue == "fair" {
-            fair_tp = (submit, drain);
+            fair_tp = Some(r);
         }
     }
-    let tps = pgbench(&cluster.url, size.pgbench_s)?;
+    let fair_tp = fair_tp.context("no fair rates")?;
+    let tps = pgbench(&cluster.url, size.pgbench_s, "-N")?;
     println!("  pgbench -N (simple update), {THREADS} clients: {tps:.0} transactions a second");
+    let one_row = pgbench(&cluster.url, size.pgbench_s, "-btpcb-like")?;
+    println!(
+        "  pgbench -b tpcb-like at scale 1 (every transaction updates the one branch row, held \
+         through its commit), {THREADS} clients: {one_row:.0} transactions a second"
+    );
     let burst = burst(&mut c, size.burst)?;
     println!(
         "\nA burst of {} jobs of one tenant due at one instant, 4 workers idle (noisylab_submit_many, \
@@ -169,8 +182,9 @@ fn burst(c: &mut Client, n: i64) -> Result<f64> {
     }
     let jobs: Vec<i64> = (0..n).collect();
     let tenants = vec![20i32; jobs.len()];
+    let submit = c.prepare(pg::SUBMIT_MANY)?;
     let started = Instant::now();
-    pg::submit_many(c, &jobs, &tenants, &vec![None; jobs.len()])?;
+    pg::submit_many(c, &submit, &jobs, &tenants, &vec![None; jobs.len()])?;
     let took = started.elapsed().as_secs_f64();
     let refused: i64 = c
         .query_one("SELECT count(*) FROM job WHERE state = 'x'", &[])?
@@ -183,12 +197,12 @@ fn burst(c: &mut Client, n: i64) -> Result<f64> {
 
 /// The fair queue's pickup on an idle pool beside graphile-worker's
 /// figures on the same cluster (skipped in one line without Node.js or
-/// its packages), with our (submit, drain) rates `fair_tp` as ratios.
+/// its packages), with our (add, drain) rates `fair_tp` as ratios.
 fn beside_graphile(
     url: &str,
     c: &mut Client,
     size: &Size,
-    fair_tp: (f64, f64),
+    fair_tp: Rates,
     setting: &str,
 ) -> Result<()> {
     let (p50, p99) = pickup(url, c, size.pickups)?;
@@ -204,16 +218,16 @@ fn beside_graphile(
     let g = peers::measure("graphile-worker", url, size.jobs as u32, size.pickups)?;
     let ours = peers::PeerFigures {
         peer: "noisylab fair (SQL functions)".into(),
-        add_per_s: fair_tp.0,
-        drain_per_s: fair_tp.1,
+        add_per_s: fair_tp.add,
+        drain_per_s: fair_tp.drain,
         pickup_p50_ms: p50,
         pickup_p99_ms: p99,
     };
     peers::print_beside(&ours, &g, "the same cluster", "addJobs");
     if size.report {
         let setting = format!(
-            "{setting}; noisylab: {} jobs submitted by {THREADS} threads one call (one transaction) each, \
-             then drained by {THREADS} worker threads; {}: {} jobs in one addJobs, then drained by one \
+            "{setting}; noisylab: {} jobs in one noisylab_submit_many call, then drained by {THREADS} \
+             worker threads (prepared statements); {}: {} jobs in one addJobs, then drained by one \
              runner at concurrency {THREADS}, its defaults",
             size.jobs, g.peer, size.jobs
         );
@@ -250,21 +264,18 @@ fn pickup(url: &str, c: &mut Client, n: u32) -> Result<(f64, f64)> {
                     let me: i32 = w.query_one("SELECT noisylab_join()", &[])?.get(0);
                     w.batch_execute(&format!("LISTEN pk_{me}"))?;
                     w.query_one("SELECT noisylab_ready($1)", &[&me])?;
+                    let take = w.prepare("SELECT job, tenant FROM noisylab_take($1, $2)")?;
+                    let finish =
+                        w.prepare("SELECT job, tenant FROM noisylab_finish($1, $2, $3, NULL)")?;
                     ready.wait();
                     let mut woken = false;
                     loop {
-                        let mut next = w.query_one(
-                            "SELECT job, tenant FROM noisylab_take($1, $2)",
-                            &[&me, &woken],
-                        )?;
+                        let mut next = w.query_one(&take, &[&me, &woken])?;
                         while let (Some(job), Some(t)) =
                             (next.get::<_, Option<i64>>(0), next.get::<_, Option<i32>>(1))
                         {
                             started.lock().unwrap().push((job as u32, Instant::now()));
-                            next = w.query_one(
-                                "SELECT job, tenant FROM noisylab_finish($1, $2, $3, NULL)",
-                                &[&me, &job, &t],
-                            )?;
+                            next = w.query_one(&finish, &[&me, &job, &t])?;
                         }
                         w.notifications().blocking_iter().next()?;
                         if stop.load(Ordering::SeqCst) {
@@ -275,14 +286,12 @@ fn pickup(url: &str, c: &mut Client, n: u32) -> Result<(f64, f64)> {
                 })
             })
             .collect();
+        let submit = c.prepare("SELECT ok FROM noisylab_submit($1, $2, 1)")?;
         ready.wait();
         std::thread::sleep(std::time::Duration::from_millis(200));
         for id in 0..n {
             sent.push(Instant::now());
-            c.query_one(
-                "SELECT ok FROM noisylab_submit($1, $2, 1)",
-                &[&i64::from(id), &((id % 21) as i32)],
-            )?;
+            c.query_one(&submit, &[&i64::from(id), &((id % 21) as i32)])?;
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
@@ -345,35 +354,51 @@ fn time_each(
     Ok(percentiles(&h, 1e3))
 }
 
-/// (submits a second, takes and finishes a second) of `jobs` jobs of 21
-/// tenants, by 20 threads each.
-fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<(f64, f64)> {
+/// Rates (jobs a second) of `jobs` jobs of 21 tenants.
+struct Rates {
+    /// Submitted by 20 threads, one call each.
+    submit: f64,
+    /// Added at once: one `noisylab_submit_many` call.
+    add: f64,
+    /// Taken and finished by 20 worker threads, after the add.
+    drain: f64,
+}
+
+/// The queue's [`Rates`]; every call a prepared statement, as the lab's
+/// workers and coordinator make them.
+fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates> {
     let none: (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
-    c.execute(
-        "SELECT noisylab_setup($1, -1, -1, -1, 'bench_', $2, $3)",
-        &[&queue, &none.0, &none.1],
-    )?;
+    let setup = |c: &mut Client| {
+        c.execute(
+            "SELECT noisylab_setup($1, -1, -1, -1, 'bench_', $2, $3)",
+            &[&queue, &none.0, &none.1],
+        )
+    };
+    setup(c)?;
     // Numbered by the server, under its lock: submits from many clients.
     let submit = parallel(url, move |me, w| {
+        let one = w.prepare("SELECT noisylab_submit(NULL, $1, 1)")?;
         let mut job = i64::from(me - 1);
         while job < jobs {
-            w.execute(
-                "SELECT noisylab_submit(NULL, $1, 1)",
-                &[&((job % 21) as i32)],
-            )?;
+            w.execute(&one, &[&((job % 21) as i32)])?;
             job += i64::from(THREADS);
         }
         Ok(())
     })?;
+    setup(c)?;
+    let ids: Vec<i64> = (0..jobs).collect();
+    let tenants: Vec<i32> = ids.iter().map(|j| (j % 21) as i32).collect();
+    let many = c.prepare(pg::SUBMIT_MANY)?;
+    let t0 = Instant::now();
+    pg::submit_many(c, &many, &ids, &tenants, &vec![None; ids.len()])?;
+    let add = t0.elapsed().as_secs_f64();
     let drain = parallel(url, |me, w| {
+        let finish = w.prepare("SELECT job, tenant FROM noisylab_finish($1, $2, $3, NULL)")?;
         let mut next = w.query_one("SELECT job, tenant FROM noisylab_take($1, false)", &[&me])?;
         while let (Some(job), Some(t)) =
             (next.get::<_, Option<i64>>(0), next.get::<_, Option<i32>>(1))
         {
-            next = w.query_one(
-                "SELECT job, tenant FROM noisylab_finish($1, $2, $3, NULL)",
-                &[&me, &job, &t],
-            )?;
+            next = w.query_one(&finish, &[&me, &job, &t])?;
         }
         Ok(())
     })?;
@@ -392,7 +417,12 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<(f64,
         let cfg: String = c.query_one("SELECT cfg::text FROM cfg", &[])?.get(0);
         bail!("{queue}: {done} of {jobs} jobs finished; left {left:?}; {cfg}");
     }
-    Ok((jobs as f64 / submit, jobs as f64 / drain))
+    let rate = |s: f64| jobs as f64 / s;
+    Ok(Rates {
+        submit: rate(submit),
+        add: rate(add),
+        drain: rate(drain),
+    })
 }
 
 /// Seconds for `THREADS` threads, each on its own connection, to run `work`.
@@ -418,8 +448,11 @@ fn parallel(
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// pgbench's simple-update transactions a second, 20 clients.
-fn pgbench(url: &str, seconds: u32) -> Result<f64> {
+/// pgbench's transactions a second, 20 clients, of the built-in script
+/// `script` picks (`-N`: simple update, rows at random; `-btpcb-like`:
+/// where at scale 1 every transaction updates one row, as every call of
+/// the queue takes its one lock).
+fn pgbench(url: &str, seconds: u32, script: &str) -> Result<f64> {
     let bin = server::binaries().context("no PostgreSQL binaries")?;
     let exe = bin.join("pgbench");
     let init = std::process::Command::new(&exe)
@@ -433,7 +466,7 @@ fn pgbench(url: &str, seconds: u32) -> Result<f64> {
         );
     }
     let out = std::process::Command::new(&exe)
-        .args(["-N", "-n", "-c", &THREADS.to_string(), "-j", "2"])
+        .args([script, "-n", "-c", &THREADS.to_string(), "-j", "2"])
         .args(["-T", &seconds.to_string(), url])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);

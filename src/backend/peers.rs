@@ -155,7 +155,7 @@ pub fn print_beside(ours: &PeerFigures, peer: &PeerFigures, place: &str, bulk: &
         peer.peer, peer.add_per_s, peer.drain_per_s, peer.pickup_p50_ms, peer.pickup_p99_ms
     );
     println!(
-        "  ours ÷ {}'s: submit ×{:.2}, drain ×{:.2}, pickup p50 ×{:.2}, p99 ×{:.2}",
+        "  ours ÷ {}'s: add ×{:.2}, drain ×{:.2}, pickup p50 ×{:.2}, p99 ×{:.2}",
         peer.peer,
         ours.add_per_s / peer.add_per_s,
         ours.drain_per_s / peer.drain_per_s,

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, NoTls};
+use postgres::{Client, NoTls, Statement};
 
 use super::coordinator::{Coordinator, lab_id};
 use super::wire::{Calls, Crew, Lifecycle, Meter, ServerCost, Setup, Stamp, Submit, queue_name};
@@ -74,12 +74,18 @@ pub fn one_line(e: &postgres::Error) -> String {
     }
 }
 
+/// The submit of the jobs due at one instant.
+pub const SUBMIT_MANY: &str = "SELECT ok, x FROM noisylab_submit_many($1, $2, $3)";
+
 /// Jobs due at one instant (numbers, tenants, costs: `None` is 1) through
 /// `noisylab_submit_many`, called again with the rest while a call returns
 /// fewer rows than it was given (it handed jobs out, so that they start
 /// first): (accepted, woke or the waiting it met) for each, in order.
-pub fn submit_many(
+/// `submit` is [`SUBMIT_MANY`], prepared on `client` (a call then costs one
+/// round trip) or as text.
+pub fn submit_many<S: postgres::ToStatement + ?Sized>(
     client: &mut Client,
+    submit: &S,
     jobs: &[i64],
     tenants: &[i32],
     costs: &[Option<f64>],
@@ -89,7 +95,7 @@ pub fn submit_many(
         let from = out.len();
         let rows = client
             .query(
-                "SELECT ok, x FROM noisylab_submit_many($1, $2, $3)",
+                submit,
                 &[&&jobs[from..], &&tenants[from..], &&costs[from..]],
             )
             .map_err(db)?;
@@ -154,6 +160,8 @@ pub struct PgWire {
     ended: bool,
     /// The job table is unlogged: a crash empties it.
     unlogged: bool,
+    /// [`SUBMIT_MANY`], prepared on `client`.
+    submit: Statement,
 }
 
 /// Counters read before a run.
@@ -203,7 +211,9 @@ impl PgWire {
         client
             .batch_execute(&format!("LISTEN \"{channel}end\""))
             .map_err(db)?;
+        let submit = client.prepare(SUBMIT_MANY).map_err(db)?;
         Ok(PgWire {
+            submit,
             client,
             url,
             id,
@@ -292,6 +302,7 @@ impl PgWire {
                 self.schema, self.channel
             ))
             .map_err(db)?;
+        self.submit = client.prepare(SUBMIT_MANY).map_err(db)?;
         self.client = client;
         Ok(())
     }
@@ -350,7 +361,7 @@ impl Calls for PgWire {
             .map(|j| j.cost.map(str::parse::<f64>).transpose())
             .collect::<Result<Vec<Option<f64>>, _>>()
             .context("a job's cost is not a number")?;
-        submit_many(&mut self.client, &jobs, &tenants, &costs)
+        submit_many(&mut self.client, &self.submit, &jobs, &tenants, &costs)
     }
 
     fn expect(&mut self, n: u64) -> Result<()> {

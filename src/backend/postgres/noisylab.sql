@@ -46,12 +46,18 @@
 -- for a job no wake covers yet), done, expect, vlast (vtc: the counter of
 -- the tenant whose start last left nobody with work).
 --
--- Concurrency. Every call first locks the one cfg row (SELECT ... FOR
--- UPDATE), so its few statements see and leave a consistent queue, as a
--- Redis function runs alone: no job is taken twice, no tenant passes its
--- cap, no deadlock (one lock, always taken first). Each call is one short
--- transaction; the lock is held for the server time it takes (noisylab's
--- results report it per call).
+-- Concurrency. Every call first takes the queue's lock (a transaction
+-- advisory lock keyed by the cfg table's oid, so each schema's queue has
+-- its own), then reads cfg, so its few statements see and leave a
+-- consistent queue, as a Redis function runs alone: no job is taken twice,
+-- no tenant passes its cap, no deadlock (one lock, always taken first).
+-- The call keeps cfg's counters in memory and writes the row once, at its
+-- end (nl_save). Each call is one short transaction; the lock is held for
+-- the server time it takes and through its commit (noisylab's results
+-- report the time per call). An advisory lock, not the row's own (FOR
+-- UPDATE): a waiter then wakes once, to a row the holder has committed,
+-- where a row lock's waiter queues on the row's lock and then on the
+-- holder's transaction.
 --
 -- Cost. Every statement reads one row by key or the first row of a
 -- partial index (EXPLAIN of each is in the comments beside it): never a
@@ -190,26 +196,49 @@ AS $$ SELECT 2147483647 $$;
 CREATE FUNCTION nl_now() RETURNS bigint LANGUAGE sql
 AS $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint $$;
 
--- The queue, locked for this call.
+-- The queue, locked for this call: its cfg row, which the call's functions
+-- change in memory (their INOUT c) and nl_save writes back once.
 CREATE FUNCTION nl_lock() RETURNS cfg LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE c cfg;
 BEGIN
-  SELECT * INTO c FROM cfg FOR UPDATE;
+  PERFORM pg_advisory_xact_lock('cfg'::regclass::oid::bigint);
+  SELECT * INTO c FROM cfg;
   IF NOT FOUND THEN RAISE EXCEPTION 'noisylab: no queue here: call noisylab_setup first'; END IF;
   RETURN c;
+END $$;
+
+-- The counters a call changed, written back at its end: one new version
+-- of the row a call (each update of the row leaves one, which the next
+-- calls walk past until a vacuum).
+CREATE FUNCTION nl_save(c cfg) RETURNS void LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+BEGIN
+  UPDATE cfg SET queued = c.queued, runnable = c.runnable, idle = c.idle, pending = c.pending,
+    done = c.done, vlast = c.vlast, taken = c.taken, newest = c.newest;
 END $$;
 
 -- How many of a tenant's w waiting jobs may start with r running.
 CREATE FUNCTION nl_startable(c cfg, w int, r int) RETURNS bigint IMMUTABLE LANGUAGE sql
 AS $$ SELECT greatest(0, least(w, c.cap - r))::bigint $$;
 
--- With a cap, keep cfg.runnable as a tenant goes from (w0, r0) to (w1, r1).
-CREATE FUNCTION nl_runnable(c cfg, w0 int, r0 int, w1 int, r1 int) RETURNS void LANGUAGE plpgsql AS $$
+-- How cfg.runnable changes as a tenant goes from (w0, r0) to (w1, r1):
+-- kept with a cap only.
+CREATE FUNCTION nl_runnable(c cfg, w0 int, r0 int, w1 int, r1 int) RETURNS bigint IMMUTABLE
+LANGUAGE sql AS $$
+  SELECT CASE WHEN c.cap = nl_no_cap() THEN 0
+              ELSE nl_startable(c, w1, r1) - nl_startable(c, w0, r0) END
+$$;
+
+-- A tenant's oldest waiting job after job `after` (NULL: after the last
+-- it started, so its oldest waiting job).
+--   Limit -> Index Only Scan using job_tenant_queued on job
+--            Index Cond: ((tenant = $1) AND (id > $2))
+CREATE FUNCTION nl_head(p_t int, after bigint) RETURNS bigint LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE d bigint := nl_startable(c, w1, r1) - nl_startable(c, w0, r0);
 BEGIN
-  IF d <> 0 THEN UPDATE cfg SET runnable = runnable + d; END IF;
+  IF after IS NULL THEN after := (SELECT last FROM tenant WHERE t = p_t); END IF;
+  RETURN (SELECT min(id) FROM job WHERE tenant = p_t AND state = 'q' AND id > after);
 END $$;
 
 -- The tenant can be served again (work waiting, below its cap), its
@@ -226,51 +255,53 @@ BEGIN
   END IF;
 END $$;
 
--- A tenant's oldest waiting jobs: the first, and the one after.
-CREATE FUNCTION nl_heads(p_t int, OUT first bigint, OUT second bigint) LANGUAGE plpgsql AS $$
+-- Start the tenant's oldest job at `stamp`: it, its lease, and the
+-- tenant's waiting and running counts after (vtc charges the job's cost ÷
+-- weight). The tenant's place in its discipline's order changes in the
+-- same statement: a take (`over` false) puts it back in line if it may
+-- start another job (fair: at the back; fifo: by its next job; vtc: still
+-- ready), else out of line (with lending, first to lend to by its next job
+-- if at its cap); a start over its cap (`over`) leaves it first to lend to
+-- by its next job.
+CREATE FUNCTION nl_start(INOUT c cfg, p_t int, stamp bigint, over boolean, OUT job bigint,
+                         OUT lease bigint, OUT w int, OUT r int) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE after bigint := (SELECT last FROM tenant WHERE t = p_t);
+DECLARE
+  cost float8; x float8;
+  fifo boolean := c.queue = 'fifo' AND c.cap <> nl_no_cap();
 BEGIN
-  SELECT min(id) INTO first FROM job WHERE tenant = p_t AND state = 'q' AND id > after;
-  IF first IS NOT NULL THEN
-    SELECT min(id) INTO second FROM job WHERE tenant = p_t AND state = 'q' AND id > first;
+  UPDATE job j SET state = 'r', started = stamp,
+      lid = CASE WHEN c.lease IS NULL THEN j.lid ELSE nextval('lease_id') END,
+      until = stamp + c.lease
+    WHERE j.id = (SELECT min(id) FROM job q WHERE q.tenant = p_t AND q.state = 'q'
+                    AND q.id > (SELECT last FROM tenant WHERE t = p_t))
+    RETURNING j.id, j.cost, j.lid INTO job, cost, lease;
+  UPDATE tenant SET waiting = waiting - 1, running = running + 1, last = job,
+      ctr = CASE WHEN c.queue = 'vtc' THEN ctr + cost / weight ELSE ctr END,
+      lane = CASE WHEN c.queue = 'fair' AND NOT over THEN 1 ELSE lane END,
+      ready = CASE WHEN over OR NOT (c.queue = 'fair' OR fifo) THEN ready
+                   WHEN waiting > 1 AND running + 1 < c.cap THEN
+                     CASE WHEN fifo THEN nl_head(p_t, job) ELSE nextval('tick') END
+              END,
+      vready = CASE WHEN c.queue = 'vtc' AND NOT over THEN waiting > 1 AND running + 1 < c.cap
+                    ELSE vready END,
+      capped = CASE WHEN over OR (c.reserve >= 0 AND waiting > 1 AND running + 1 >= c.cap)
+                    THEN CASE WHEN waiting > 1 THEN nl_head(p_t, job) END
+                    ELSE capped END
+    WHERE t = p_t RETURNING waiting, running, ctr INTO w, r, x;
+  c.queued := c.queued - 1;
+  c.runnable := c.runnable + nl_runnable(c, w + 1, r - 1, w, r);
+  IF c.queue = 'vtc' AND w = 0 AND NOT EXISTS (SELECT 1 FROM tenant WHERE waiting > 0) THEN
+    c.vlast := x;
   END IF;
 END $$;
 
--- Start the tenant's oldest job at `stamp`: it, the tenant's running count
--- after, and its next waiting job (vtc charges the job's cost ÷ weight).
-CREATE FUNCTION nl_start(c cfg, p_t int, stamp bigint,
-                         OUT job bigint, OUT r int, OUT h bigint) LANGUAGE plpgsql AS $$
+-- The next job by the discipline, started at `stamp`: (tenant, job,
+-- lease), or nulls when none may start.
+CREATE FUNCTION nl_take(INOUT c cfg, stamp bigint, OUT tenant int, OUT job bigint,
+                        OUT lease bigint) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE
-  w int; x float8;
-BEGIN
-  SELECT first, second INTO job, h FROM nl_heads(p_t);
-  IF c.lease IS NULL THEN
-    UPDATE job SET state = 'r', started = stamp WHERE id = job;
-  ELSE
-    UPDATE job SET state = 'r', started = stamp, lid = nextval('lease_id'), until = stamp + c.lease
-      WHERE id = job;
-  END IF;
-  UPDATE cfg SET queued = queued - 1;
-  UPDATE tenant SET waiting = waiting - 1, running = running + 1, last = job WHERE t = p_t
-    RETURNING waiting, running INTO w, r;
-  IF c.cap <> nl_no_cap() THEN PERFORM nl_runnable(c, w + 1, r - 1, w, r); END IF;
-  IF c.queue = 'vtc' THEN
-    UPDATE tenant SET ctr = ctr + (SELECT cost FROM job WHERE id = nl_start.job) / weight
-      WHERE t = p_t RETURNING ctr INTO x;
-    IF h IS NULL AND NOT EXISTS (SELECT 1 FROM tenant WHERE waiting > 0) THEN
-      UPDATE cfg SET vlast = x;
-    END IF;
-  END IF;
-END $$;
-
--- The next job by the discipline, started at `stamp`: (tenant, job), or
--- nulls when none may start.
-CREATE FUNCTION nl_take(c cfg, stamp bigint, OUT tenant int, OUT job bigint) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-  r int; h bigint;
+DECLARE s record;
 BEGIN
   IF c.queue = 'fifo' AND c.cap = nl_no_cap() THEN
     -- The post's default, exactly: the oldest queued row.
@@ -278,97 +309,110 @@ BEGIN
       FOR UPDATE SKIP LOCKED;
   ELSIF c.queue = 'vtc' THEN
     SELECT t INTO tenant FROM tenant WHERE vready ORDER BY ctr, t LIMIT 1;
-    UPDATE tenant SET vready = false WHERE t = nl_take.tenant;
   ELSE
     SELECT t INTO tenant FROM tenant WHERE ready IS NOT NULL ORDER BY lane, ready LIMIT 1;
-    UPDATE tenant SET ready = NULL WHERE t = nl_take.tenant;
   END IF;
   IF tenant IS NULL THEN RETURN; END IF;
-  SELECT s.job, s.r, s.h INTO job, r, h FROM nl_start(c, tenant, stamp) s;
-  IF c.queue = 'fifo' AND c.cap = nl_no_cap() THEN UPDATE cfg SET taken = job; END IF;
-  IF h IS NOT NULL AND r < c.cap THEN
-    PERFORM nl_ready(c, tenant, h);
-  ELSIF h IS NOT NULL AND c.reserve >= 0 THEN
-    UPDATE tenant SET capped = h WHERE t = nl_take.tenant;
-  END IF;
+  s := nl_start(c, tenant, stamp, false);
+  c := s.c; job := s.job; lease := s.lease;
+  IF c.queue = 'fifo' AND c.cap = nl_no_cap() THEN c.taken := job; END IF;
 END $$;
 
 -- With lending: the oldest job of a tenant at its cap, started over it.
-CREATE FUNCTION nl_take_over(c cfg, stamp bigint, OUT tenant int, OUT job bigint) LANGUAGE plpgsql AS $$
+CREATE FUNCTION nl_take_over(INOUT c cfg, stamp bigint, OUT tenant int, OUT job bigint,
+                             OUT lease bigint) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE
-  r int; h bigint;
+DECLARE s record;
 BEGIN
   SELECT t INTO tenant FROM tenant WHERE capped IS NOT NULL ORDER BY capped LIMIT 1;
   IF tenant IS NULL THEN RETURN; END IF;
-  SELECT s.job, s.r, s.h INTO job, r, h FROM nl_start(c, tenant, stamp) s;
-  UPDATE tenant SET capped = h WHERE t = nl_take_over.tenant;
+  s := nl_start(c, tenant, stamp, true);
+  c := s.c; job := s.job; lease := s.lease;
 END $$;
 
 -- What a worker asking now gets, `idle` workers being idle (itself too).
-CREATE FUNCTION nl_next(c cfg, idle int, stamp bigint, OUT tenant int, OUT job bigint) LANGUAGE plpgsql AS $$
+CREATE FUNCTION nl_next(INOUT c cfg, idle int, stamp bigint, OUT tenant int, OUT job bigint,
+                        OUT lease bigint) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
+DECLARE s record;
 BEGIN
-  SELECT n.tenant, n.job INTO tenant, job FROM nl_take(c, stamp) n;
-  IF tenant IS NULL AND c.reserve >= 0 AND idle > c.reserve THEN
-    SELECT n.tenant, n.job INTO tenant, job FROM nl_take_over(c, stamp) n;
+  s := nl_take(c, stamp);
+  IF s.tenant IS NULL AND c.reserve >= 0 AND idle > c.reserve THEN
+    s := nl_take_over(c, stamp);
   END IF;
+  c := s.c; tenant := s.tenant; job := s.job; lease := s.lease;
 END $$;
 
--- A running job of tenant p_t finished.
-CREATE FUNCTION nl_finished(c cfg, p_t int) RETURNS void LANGUAGE plpgsql AS $$
+-- A running job of tenant p_t finished: at its cap with work waiting, it
+-- is back in line (out of lending's), in the same statement.
+CREATE FUNCTION nl_finished(INOUT c cfg, p_t int) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
   w int; r int;
 BEGIN
-  UPDATE tenant SET running = running - 1 WHERE t = p_t RETURNING waiting, running INTO w, r;
-  IF c.cap = nl_no_cap() OR c.cap - r <= 0 THEN RETURN; END IF;
-  PERFORM nl_runnable(c, w, r + 1, w, r);
-  IF r + 1 <> c.cap OR w = 0 THEN RETURN; END IF;
-  IF c.reserve >= 0 THEN UPDATE tenant SET capped = NULL WHERE t = p_t; END IF;
-  PERFORM nl_ready(c, p_t, (SELECT first FROM nl_heads(p_t)));
+  UPDATE tenant SET running = running - 1,
+      lane = CASE WHEN running = c.cap AND waiting > 0 AND c.queue = 'fair' THEN 1 ELSE lane END,
+      ready = CASE WHEN running <> c.cap OR waiting = 0 OR c.queue = 'vtc' THEN ready
+                   WHEN c.queue = 'fair' THEN nextval('tick') ELSE nl_head(p_t, NULL) END,
+      vready = CASE WHEN running = c.cap AND waiting > 0 AND c.queue = 'vtc' THEN true ELSE vready END,
+      capped = CASE WHEN running = c.cap AND waiting > 0 AND c.reserve >= 0 THEN NULL ELSE capped END
+    WHERE t = p_t RETURNING waiting, running INTO w, r;
+  c.runnable := c.runnable + nl_runnable(c, w, r + 1, w, r);
 END $$;
 
 -- Worker `me`'s next job, started at `stamp`; with none, `me` waits idle.
-CREATE FUNCTION nl_hand_out(c cfg, me int, stamp bigint, OUT job bigint, OUT tenant int,
+CREATE FUNCTION nl_hand_out(INOUT c cfg, me int, stamp bigint, OUT job bigint, OUT tenant int,
                             OUT lease bigint) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
+DECLARE s record;
 BEGIN
   IF c.queue <> 'halt' THEN
-    SELECT n.job, n.tenant INTO job, tenant FROM nl_next(c, c.idle + 1, stamp) n;
+    s := nl_next(c, c.idle + 1, stamp);
+    c := s.c; job := s.job; tenant := s.tenant; lease := s.lease;
   END IF;
   IF job IS NULL THEN
     -- Once: a call sent again after its connection dropped may find the
     -- worker in line already.
     INSERT INTO idle (worker, since) VALUES (me, nextval('tick')) ON CONFLICT (worker) DO NOTHING;
-    IF FOUND THEN UPDATE cfg SET idle = cfg.idle + 1; END IF;
-  ELSE
-    lease := (SELECT lid FROM job j WHERE j.id = nl_hand_out.job);
+    IF FOUND THEN c.idle := c.idle + 1; END IF;
   END IF;
 END $$;
 
 -- Wake the longest idle worker if a job that may start is not covered by a
 -- wake on its way (see nl_wake_another): whether one was woken.
-CREATE FUNCTION nl_wake(c cfg) RETURNS boolean LANGUAGE plpgsql AS $$
+CREATE FUNCTION nl_wake(INOUT c cfg, OUT woke boolean) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE w int;
 BEGIN
-  IF c.idle = 0 OR NOT nl_wake_another(c) THEN RETURN false; END IF;
+  woke := c.idle > 0 AND nl_wake_another(c);
+  IF NOT woke THEN RETURN; END IF;
   DELETE FROM idle WHERE worker = (SELECT worker FROM idle ORDER BY since LIMIT 1)
     RETURNING worker INTO w;
-  UPDATE cfg SET idle = idle - 1, pending = pending + 1;
+  c.idle := c.idle - 1;
+  c.pending := c.pending + 1;
   INSERT INTO woken VALUES (w);
   PERFORM pg_notify(c.channel || w, 'wake');
-  RETURN true;
+END $$;
+
+-- Wake up to n idle workers, one at a time while a job needs one.
+CREATE FUNCTION nl_wake_up_to(INOUT c cfg, n int) LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE s record;
+BEGIN
+  IF c.queue = 'halt' THEN RETURN; END IF;
+  FOR k IN 1 .. n LOOP
+    s := nl_wake(c);
+    c := s.c;
+    EXIT WHEN NOT s.woke;
+  END LOOP;
 END $$;
 
 -- Workers whose server process is gone (their process was killed) leave
--- the idle line, and the wakes sent to them go to others: how many wakes
--- were sent again.
-CREATE FUNCTION nl_bury(c cfg) RETURNS int LANGUAGE plpgsql AS $$
+-- the idle line, and the wakes sent to them go to others.
+CREATE FUNCTION nl_bury(INOUT c cfg) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-  gone_idle int; gone_woken int := 0; handed int := 0; n int := 0; g record; j bigint; t int;
+  gone_idle int; gone_woken int := 0; handed int := 0; g record; j bigint; t int;
 BEGIN
   WITH gone AS (
     DELETE FROM idle i WHERE NOT EXISTS (
@@ -386,25 +430,19 @@ BEGIN
     END IF;
     SELECT h.job, h.tenant INTO j, t FROM nl_pick_up(NULL, false, NULL) h;
     IF j IS NOT NULL THEN
-      PERFORM nl_requeue(c, j, t);
+      c := nl_requeue(c, j, t);
       handed := handed + 1;
     END IF;
   END LOOP;
-  IF gone_idle + gone_woken + handed = 0 THEN RETURN 0; END IF;
-  UPDATE cfg SET idle = idle - gone_idle, pending = pending - gone_woken RETURNING * INTO c;
-  IF c.queue = 'halt' THEN RETURN 0; END IF;
-  FOR k IN 1 .. gone_woken + handed LOOP
-    EXIT WHEN NOT nl_wake(c);
-    SELECT * INTO c FROM cfg;
-    n := n + 1;
-  END LOOP;
-  RETURN n;
+  c.idle := c.idle - gone_idle;
+  c.pending := c.pending - gone_woken;
+  c := nl_wake_up_to(c, gone_woken + handed);
 END $$;
 
 -- A running job of tenant p_t goes back to its tenant's queue by its
 -- number (its lease ran out), its cap slot freed; where that leaves the
 -- tenant in its discipline's order is the in-process schedulers' rule.
-CREATE FUNCTION nl_requeue(c cfg, p_job bigint, p_t int) RETURNS void LANGUAGE plpgsql AS $$
+CREATE FUNCTION nl_requeue(INOUT c cfg, p_job bigint, p_t int) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
   w int; r int; h bigint;
@@ -415,13 +453,14 @@ BEGIN
   END IF;
   UPDATE job SET state = 'q', until = NULL, redelivered = redelivered + 1 WHERE id = p_job;
   -- The takes seek past the last job started: this one is older again.
-  UPDATE cfg SET queued = queued + 1, taken = least(taken, p_job - 1);
+  c.queued := c.queued + 1;
+  c.taken := least(c.taken, p_job - 1);
   UPDATE tenant SET waiting = waiting + 1, running = running - 1, last = least(last, p_job - 1)
     WHERE t = p_t;
   r := r - 1;
-  IF c.cap <> nl_no_cap() THEN PERFORM nl_runnable(c, w, r + 1, w + 1, r); END IF;
+  c.runnable := c.runnable + nl_runnable(c, w, r + 1, w + 1, r);
   -- Its next job: this one, or an older one handed back before it.
-  h := (SELECT first FROM nl_heads(p_t));
+  h := nl_head(p_t, NULL);
   IF w = 0 OR (r < c.cap AND r + 1 >= c.cap) THEN
     -- It was in no turn: nothing waiting, or at its cap and now below.
     IF c.reserve >= 0 AND w > 0 THEN UPDATE tenant SET capped = NULL WHERE t = p_t; END IF;
@@ -442,24 +481,18 @@ END $$;
 
 -- Every job whose lease ran out by `stamp` back in its queue, and idle
 -- workers woken for them: how many.
-CREATE FUNCTION nl_reap(c cfg, stamp bigint) RETURNS int LANGUAGE plpgsql AS $$
+--   Index Scan using job_leased on job  Index Cond: (until <= $1)
+CREATE FUNCTION nl_reap(INOUT c cfg, stamp bigint, OUT n int) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE
-  j record; n int := 0;
+DECLARE j record;
 BEGIN
-  IF c.lease IS NULL THEN RETURN 0; END IF;
+  n := 0;
+  IF c.lease IS NULL THEN RETURN; END IF;
   FOR j IN SELECT id, tenant FROM job WHERE state = 'r' AND until <= stamp ORDER BY until, id LOOP
-    PERFORM nl_requeue(c, j.id, j.tenant);
-    SELECT * INTO c FROM cfg;
+    c := nl_requeue(c, j.id, j.tenant);
     n := n + 1;
   END LOOP;
-  IF c.queue <> 'halt' THEN
-    FOR k IN 1 .. n LOOP
-      EXIT WHEN NOT nl_wake(c);
-      SELECT * INTO c FROM cfg;
-    END LOOP;
-  END IF;
-  RETURN n;
+  IF n > 0 THEN c := nl_wake_up_to(c, n); END IF;
 END $$;
 
 -- Whether a submit should wake one more idle worker: jobs that may start
@@ -529,19 +562,23 @@ DECLARE
   c cfg := nl_lock();
   stamp bigint := nl_now();
   was_handed boolean := false;
+  s record;
 BEGIN
   IF woken THEN
     DELETE FROM woken w WHERE w.worker = me RETURNING w.handed INTO was_handed;
-    IF FOUND AND NOT was_handed THEN UPDATE cfg SET pending = pending - 1 RETURNING * INTO c; END IF;
+    IF FOUND AND NOT was_handed THEN c.pending := c.pending - 1; END IF;
   END IF;
-  IF nl_reap(c, stamp) > 0 THEN SELECT * INTO c FROM cfg; END IF;
+  c := (nl_reap(c, stamp)).c;
   -- Woken for a job a submit handed out: the first one handed, which
   -- starts now, its lease with it.
   IF was_handed THEN
     SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_pick_up(stamp, true, c.lease) h;
-    IF job IS NOT NULL THEN RETURN; END IF;
   END IF;
-  SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_hand_out(c, me, stamp) h;
+  IF job IS NULL THEN
+    s := nl_hand_out(c, me, stamp);
+    c := s.c; job := s.job; tenant := s.tenant; lease := s.lease;
+  END IF;
+  PERFORM nl_save(c);
 END $$;
 
 -- finish(me, job, tenant, lease): the job is done; the same worker's next
@@ -557,22 +594,23 @@ LANGUAGE plpgsql AS $$
 DECLARE
   c cfg := nl_lock();
   stamp bigint := nl_now();
-  n bigint;
+  s record;
 BEGIN
-  IF nl_reap(c, stamp) > 0 THEN SELECT * INTO c FROM cfg; END IF;
+  c := (nl_reap(c, stamp)).c;
   UPDATE job j SET state = 'f', finished = stamp
     WHERE j.id = p_job AND j.state = 'r' AND (c.lease IS NULL OR j.lid = p_lease);
   IF FOUND THEN
-    PERFORM nl_finished(c, p_t);
-    UPDATE cfg SET done = done + 1 RETURNING done INTO n;
-    IF n = c.expect THEN PERFORM pg_notify(c.channel || 'end', ''); END IF;
+    c := nl_finished(c, p_t);
+    c.done := c.done + 1;
+    IF c.done = c.expect THEN PERFORM pg_notify(c.channel || 'end', ''); END IF;
   ELSIF c.lease IS NULL THEN
     RAISE EXCEPTION 'noisylab: job % is not running', p_job;
   ELSIF NOT EXISTS (SELECT 1 FROM job j WHERE j.id = p_job AND j.state = 'f' AND j.lid = p_lease) THEN
     UPDATE job j SET late = late + 1 WHERE j.id = p_job;
   END IF;
-  SELECT * INTO c FROM cfg;
-  SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_hand_out(c, me, stamp) h;
+  s := nl_hand_out(c, me, stamp);
+  c := s.c; job := s.job; tenant := s.tenant; lease := s.lease;
+  PERFORM nl_save(c);
 END $$;
 
 -- lease(µs): this run's takes lease their jobs for that long (after
@@ -591,8 +629,9 @@ CREATE FUNCTION noisylab_renew(p_job bigint, p_lease bigint) RETURNS boolean LAN
 DECLARE
   c cfg := nl_lock();
   stamp bigint := nl_now();
+  s record := nl_reap(c, stamp);
 BEGIN
-  PERFORM nl_reap(c, stamp);
+  IF s.n > 0 THEN PERFORM nl_save(s.c); END IF;
   UPDATE job j SET until = stamp + c.lease, renewed = renewed + 1
     WHERE j.id = p_job AND j.state = 'r' AND j.lid = p_lease;
   RETURN FOUND;
@@ -603,11 +642,10 @@ END $$;
 -- for a queue nobody calls: every worker gone).
 CREATE FUNCTION noisylab_reap() RETURNS int LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE c cfg := nl_lock();
+DECLARE s record := nl_reap(nl_bury(nl_lock()), nl_now());
 BEGIN
-  PERFORM nl_bury(c);
-  SELECT * INTO c FROM cfg;
-  RETURN nl_reap(c, nl_now());
+  PERFORM nl_save(s.c);
+  RETURN s.n;
 END $$;
 
 -- expect(n): the submitter accepted n jobs in all; channel || 'end' hears
@@ -637,12 +675,17 @@ END $$;
 
 -- The scheduler alone, for the equivalence tests: push (submit.sql);
 -- pop(idle) -> (tenant, job) or nulls; done(tenant) as a finish.
-CREATE FUNCTION noisylab_pop(p_idle int, OUT tenant int, OUT job bigint)
-LANGUAGE sql AS $$ SELECT * FROM nl_next(nl_lock(), p_idle, nl_now()) $$;
+CREATE FUNCTION noisylab_pop(p_idle int, OUT tenant int, OUT job bigint) LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE s record := nl_next(nl_lock(), p_idle, nl_now());
+BEGIN
+  PERFORM nl_save(s.c);
+  tenant := s.tenant; job := s.job;
+END $$;
 
-CREATE FUNCTION noisylab_done(p_t int) RETURNS void
-LANGUAGE sql AS $$ SELECT nl_finished(nl_lock(), p_t) $$;
+CREATE FUNCTION noisylab_done(p_t int) RETURNS void LANGUAGE sql
+AS $$ SELECT nl_save(nl_finished(nl_lock(), p_t)) $$;
 
 -- back(tenant, job): a running job handed back as when its lease runs out.
-CREATE FUNCTION noisylab_back(p_t int, p_job bigint) RETURNS void
-LANGUAGE sql AS $$ SELECT nl_requeue(nl_lock(), p_job, p_t) $$;
+CREATE FUNCTION noisylab_back(p_t int, p_job bigint) RETURNS void LANGUAGE sql
+AS $$ SELECT nl_save(nl_requeue(nl_lock(), p_job, p_t)) $$;

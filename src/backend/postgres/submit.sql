@@ -24,7 +24,7 @@
 -- Queue a job (of `cost`, charged by vtc when it starts) at `stamp`, or
 -- refuse it when its tenant has `qlimit` waiting: (true, 0) or (false,
 -- waiting).
-CREATE FUNCTION nl_push(c cfg, p_job bigint, p_t int, p_cost float8, stamp bigint,
+CREATE FUNCTION nl_push(INOUT c cfg, p_job bigint, p_t int, p_cost float8, stamp bigint,
                         OUT ok boolean, OUT waiting int) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -34,7 +34,7 @@ BEGIN
     RAISE EXCEPTION 'noisylab: job % is not newer than the last submitted (%): numbers must grow with submits',
       p_job, c.newest;
   END IF;
-  UPDATE cfg SET newest = p_job;
+  c.newest := p_job;
   SELECT tenant.waiting, running INTO waiting, r FROM tenant WHERE t = p_t;
   IF NOT FOUND THEN
     INSERT INTO tenant (t) VALUES (p_t);
@@ -46,7 +46,7 @@ BEGIN
     RETURN;
   END IF;
   INSERT INTO job (id, tenant, cost, state, enqueued) VALUES (p_job, p_t, p_cost, 'q', stamp);
-  UPDATE cfg SET queued = queued + 1;
+  c.queued := c.queued + 1;
   IF c.queue = 'vtc' AND waiting = 0 THEN
     -- A tenant with nothing waiting banks no credit: lifted to the lowest
     -- counter among tenants with work or, with none, the last one's.
@@ -54,14 +54,14 @@ BEGIN
     SELECT greatest(ctr, coalesce(lo, c.vlast)) INTO x FROM tenant WHERE t = p_t;
     UPDATE tenant SET ctr = x WHERE t = p_t;
   END IF;
-  UPDATE tenant SET waiting = tenant.waiting + 1 WHERE t = p_t;
-  IF c.cap <> nl_no_cap() THEN PERFORM nl_runnable(c, waiting, r, waiting + 1, r); END IF;
+  c.runnable := c.runnable + nl_runnable(c, waiting, r, waiting + 1, r);
+  IF waiting = 0 AND r < c.cap AND c.queue = 'fair' THEN
+    UPDATE tenant SET waiting = 1, lane = 0, ready = nextval('tick') WHERE t = p_t;
+  ELSE
+    UPDATE tenant SET waiting = tenant.waiting + 1 WHERE t = p_t;
+  END IF;
   IF waiting = 0 AND r < c.cap THEN
-    IF c.queue = 'fair' THEN
-      UPDATE tenant SET lane = 0, ready = nextval('tick') WHERE t = p_t;
-    ELSE
-      PERFORM nl_ready(c, p_t, p_job);
-    END IF;
+    IF c.queue <> 'fair' THEN PERFORM nl_ready(c, p_t, p_job); END IF;
   ELSIF waiting = 0 AND c.reserve >= 0 THEN
     UPDATE tenant SET capped = p_job WHERE t = p_t;
   END IF;
@@ -75,13 +75,12 @@ END $$;
 -- up to its limit, the rest refused; its counters and its place in its
 -- discipline's order change once, in the order tenants first appear (the
 -- order vtc's lift and fair's newcomer lane see them in).
-CREATE FUNCTION nl_push_rest(c cfg, p_ids bigint[], p_ts int[], p_costs float8[], stamp bigint,
+CREATE FUNCTION nl_push_rest(INOUT c cfg, p_ids bigint[], p_ts int[], p_costs float8[], stamp bigint,
                              OUT oks boolean[], OUT xs int[]) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
   d record; w int; r int; a int; lo float8; x float8;
   ts int[] := '{}'; acc int[] := '{}'; w0 int[] := '{}';
-  dq bigint := 0; dr bigint := 0;
 BEGIN
   FOR d IN SELECT u.t, count(*)::int AS k, (array_agg(u.id ORDER BY u.n))[1] AS head
            FROM unnest(p_ids, p_ts) WITH ORDINALITY AS u(id, t, n) GROUP BY u.t ORDER BY min(u.n) LOOP
@@ -93,14 +92,14 @@ BEGIN
     a := greatest(0, least(d.k, c.qlimit - w));
     ts := ts || d.t; acc := acc || a; w0 := w0 || w;
     CONTINUE WHEN a = 0;
-    dq := dq + a;
+    c.queued := c.queued + a;
     IF c.queue = 'vtc' AND w = 0 THEN
       SELECT ctr INTO lo FROM tenant WHERE tenant.waiting > 0 ORDER BY ctr LIMIT 1;
       SELECT greatest(ctr, coalesce(lo, c.vlast)) INTO x FROM tenant WHERE t = d.t;
       UPDATE tenant SET ctr = x WHERE t = d.t;
     END IF;
     UPDATE tenant SET waiting = waiting + a WHERE t = d.t;
-    IF c.cap <> nl_no_cap() THEN dr := dr + nl_startable(c, w + a, r) - nl_startable(c, w, r); END IF;
+    c.runnable := c.runnable + nl_runnable(c, w, r, w + a, r);
     IF w = 0 AND r < c.cap THEN
       IF c.queue = 'fair' THEN
         UPDATE tenant SET lane = 0, ready = nextval('tick') WHERE t = d.t;
@@ -125,28 +124,30 @@ BEGIN
   )
   SELECT array_agg(b.ok ORDER BY b.n), array_agg(CASE WHEN b.ok THEN 0 ELSE b.w0 + b.a END ORDER BY b.n)
     INTO oks, xs FROM b;
-  UPDATE cfg SET newest = p_ids[cardinality(p_ids)], queued = queued + dq, runnable = runnable + dr;
+  c.newest := p_ids[cardinality(p_ids)];
 END $$;
 
 -- Hand the next job by the discipline to the longest idle worker, started
 -- at `stamp`, when one may start that no wake on its way covers: whether
 -- one was handed.
-CREATE FUNCTION nl_give(c cfg, stamp bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+CREATE FUNCTION nl_give(INOUT c cfg, stamp bigint, OUT gave boolean) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-  w int; j bigint; t int;
+  w int; s record;
 BEGIN
-  IF c.queue = 'halt' OR c.idle = 0 OR NOT nl_wake_another(c) THEN RETURN false; END IF;
+  gave := false;
+  IF c.queue = 'halt' OR c.idle = 0 OR NOT nl_wake_another(c) THEN RETURN; END IF;
   -- The idle count includes the worker handed to, as a take's does.
-  SELECT n.tenant, n.job INTO t, j FROM nl_next(c, c.idle, stamp) n;
-  IF j IS NULL THEN RETURN false; END IF;
+  s := nl_next(c, c.idle, stamp);
+  IF s.job IS NULL THEN RETURN; END IF;
+  c := s.c;
   DELETE FROM idle WHERE worker = (SELECT worker FROM idle ORDER BY since LIMIT 1)
     RETURNING worker INTO w;
-  UPDATE cfg SET idle = idle - 1;
+  c.idle := c.idle - 1;
   INSERT INTO woken (worker, handed) VALUES (w, true);
-  INSERT INTO handed VALUES (nextval('tick'), j, t, (SELECT lid FROM job WHERE id = j));
+  INSERT INTO handed VALUES (nextval('tick'), s.job, s.tenant, s.lease);
   PERFORM pg_notify(c.channel || w, 'wake');
-  RETURN true;
+  gave := true;
 END $$;
 
 -- A job handed out and not picked up: the first handed (`first`), started
@@ -208,6 +209,7 @@ DECLARE
   oks boolean[] := '{}'; xs int[] := '{}';
   i int := 1; prev bigint := c.newest; one_ok boolean; one_x int; look boolean := true;
   handed boolean := false;
+  s record;
 BEGIN
   IF cardinality(p_jobs) <> n OR cardinality(costs) <> n THEN
     RAISE EXCEPTION 'noisylab: % jobs, % tenants and % costs: give one of each per job (jobs or costs NULL for all)',
@@ -221,20 +223,21 @@ BEGIN
     END IF;
     prev := ids[k];
   END LOOP;
-  IF nl_reap(c, stamp) > 0 THEN SELECT * INTO c FROM cfg; END IF;
+  c := (nl_reap(c, stamp)).c;
   -- One by one while a hand-off may follow (checked again after a push
   -- that handed nothing), and the last job alone so: set-based statements
   -- cost more than one push.
   WHILE i <= n LOOP
     EXIT WHEN i < n AND (c.idle = 0 OR c.queue = 'halt' OR (look AND nl_settled(c, p_ts[i:n])));
-    SELECT p.ok, p.waiting INTO one_ok, one_x FROM nl_push(c, ids[i], p_ts[i], coalesce(costs[i], 1), stamp) p;
+    s := nl_push(c, ids[i], p_ts[i], coalesce(costs[i], 1), stamp);
+    c := s.c; one_ok := s.ok; one_x := s.waiting;
     look := true;
     IF one_ok THEN
-      SELECT * INTO c FROM cfg;
-      one_x := 0;
-      WHILE nl_give(c, stamp) LOOP
+      LOOP
+        s := nl_give(c, stamp);
+        c := s.c;
+        EXIT WHEN NOT s.gave;
         one_x := 1;
-        SELECT * INTO c FROM cfg;
       END LOOP;
       IF one_x = 1 THEN
         UPDATE job SET woke = true WHERE id = ids[i];
@@ -249,9 +252,10 @@ BEGIN
   -- first (this call's commit sends their wakes) and the caller sends the
   -- rest again.
   IF i <= n AND NOT handed THEN
-    SELECT oks || r.oks, xs || r.xs INTO oks, xs
-      FROM nl_push_rest(c, ids[i:n], p_ts[i:n], costs[i:n], stamp) r;
+    s := nl_push_rest(c, ids[i:n], p_ts[i:n], costs[i:n], stamp);
+    c := s.c; oks := oks || s.oks; xs := xs || s.xs;
   END IF;
+  PERFORM nl_save(c);
   RETURN QUERY SELECT * FROM unnest(oks, xs);
 END $$;
 
@@ -263,4 +267,10 @@ LANGUAGE sql AS $$ SELECT * FROM noisylab_submit_many(ARRAY[p_job], ARRAY[p_t], 
 -- The scheduler alone, for the equivalence tests: push(job, tenant, cost)
 -- as submit without the hand-off.
 CREATE FUNCTION noisylab_push(p_job bigint, p_t int, p_cost float8, OUT ok boolean, OUT waiting int)
-LANGUAGE sql AS $$ SELECT * FROM nl_push(nl_lock(), p_job, p_t, p_cost, nl_now()) $$;
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE s record := nl_push(nl_lock(), p_job, p_t, p_cost, nl_now());
+BEGIN
+  PERFORM nl_save(s.c);
+  ok := s.ok; waiting := s.waiting;
+END $$;

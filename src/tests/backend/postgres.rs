@@ -736,7 +736,7 @@ impl super::WorkerCalls for PgWorkers {
         let ids: Vec<i64> = jobs.iter().map(|j| i64::from(j.0)).collect();
         let tenants: Vec<i32> = jobs.iter().map(|j| j.1 as i32).collect();
         let costs: Vec<Option<f64>> = jobs.iter().map(|j| Some(j.2)).collect();
-        pg::submit_many(&mut self.client, &ids, &tenants, &costs)
+        pg::submit_many(&mut self.client, pg::SUBMIT_MANY, &ids, &tenants, &costs)
             .unwrap()
             .into_iter()
             .map(|(ok, x)| if ok { Ok(()) } else { Err(x as u32) })
