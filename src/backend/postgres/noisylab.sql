@@ -47,17 +47,12 @@
 -- the tenant whose start last left nobody with work).
 --
 -- Concurrency. Every call first takes the queue's lock (a transaction
--- advisory lock keyed by the cfg table's oid, so each schema's queue has
--- its own), then reads cfg, so its few statements see and leave a
--- consistent queue, as a Redis function runs alone: no job is taken twice,
--- no tenant passes its cap, no deadlock (one lock, always taken first).
--- The call keeps cfg's counters in memory and writes the row once, at its
--- end (nl_save). Each call is one short transaction; the lock is held for
--- the server time it takes and through its commit (noisylab's results
--- report the time per call). An advisory lock, not the row's own (FOR
--- UPDATE): a waiter then wakes once, to a row the holder has committed,
--- where a row lock's waiter queues on the row's lock and then on the
--- holder's transaction.
+-- advisory lock keyed by the cfg table's oid: a schema's queue, its own
+-- lock), then reads cfg, so its few statements see and leave a consistent
+-- queue, as a Redis function runs alone: no job is taken twice, no tenant
+-- passes its cap, no deadlock (one lock, always taken first). It keeps
+-- cfg's counters in memory and writes the row once, at its end (nl_save).
+-- Each call is one short transaction, the lock held through its commit.
 --
 -- Cost. Every statement reads one row by key or the first row of a
 -- partial index (EXPLAIN of each is in the comments beside it): never a
@@ -222,16 +217,14 @@ END $$;
 CREATE FUNCTION nl_startable(c cfg, w int, r int) RETURNS bigint IMMUTABLE LANGUAGE sql
 AS $$ SELECT greatest(0, least(w, c.cap - r))::bigint $$;
 
--- How cfg.runnable changes as a tenant goes from (w0, r0) to (w1, r1):
--- kept with a cap only.
+-- With a cap, how cfg.runnable changes as a tenant goes (w0, r0) -> (w1, r1).
 CREATE FUNCTION nl_runnable(c cfg, w0 int, r0 int, w1 int, r1 int) RETURNS bigint IMMUTABLE
 LANGUAGE sql AS $$
   SELECT CASE WHEN c.cap = nl_no_cap() THEN 0
               ELSE nl_startable(c, w1, r1) - nl_startable(c, w0, r0) END
 $$;
 
--- A tenant's oldest waiting job after job `after` (NULL: after the last
--- it started, so its oldest waiting job).
+-- A tenant's oldest waiting job after `after` (NULL: its last started).
 --   Limit -> Index Only Scan using job_tenant_queued on job
 --            Index Cond: ((tenant = $1) AND (id > $2))
 CREATE FUNCTION nl_head(p_t int, after bigint) RETURNS bigint LANGUAGE plpgsql AS $$
@@ -375,6 +368,12 @@ BEGIN
     -- worker in line already.
     INSERT INTO idle (worker, since) VALUES (me, nextval('tick')) ON CONFLICT (worker) DO NOTHING;
     IF FOUND THEN c.idle := c.idle + 1; END IF;
+  ELSIF EXISTS (SELECT 1 FROM handed) THEN
+    -- A job handed out and not picked up yet started first: `me` runs it
+    -- now, and the worker woken for it picks this one up (a tenant's jobs
+    -- start in their order even when that worker is slow to hear).
+    INSERT INTO handed VALUES (nextval('tick'), job, tenant, lease);
+    SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_pick_up(stamp, true, c.lease) h;
   END IF;
 END $$;
 
@@ -640,10 +639,20 @@ END $$;
 -- reap(): the jobs whose lease ran out back in their queues now, and the
 -- dead workers out of the idle line: how many jobs (the coordinator's,
 -- for a queue nobody calls: every worker gone).
+-- It looks first without the lock, so that the workers' calls never wait
+-- behind one with nothing to do (one missed then is found at the next).
 CREATE FUNCTION noisylab_reap() RETURNS int LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE s record := nl_reap(nl_bury(nl_lock()), nl_now());
+DECLARE
+  stamp bigint := nl_now(); s record;
 BEGIN
+  IF NOT EXISTS (SELECT 1 FROM job WHERE state = 'r' AND until <= stamp)
+     AND NOT EXISTS (SELECT 1 FROM (SELECT worker FROM idle UNION ALL SELECT worker FROM woken) k
+                     WHERE NOT EXISTS (SELECT 1 FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid
+                                       WHERE w.me = k.worker)) THEN
+    RETURN 0;
+  END IF;
+  s := nl_reap(nl_bury(nl_lock()), nl_now());
   PERFORM nl_save(s.c);
   RETURN s.n;
 END $$;

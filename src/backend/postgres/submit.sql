@@ -162,8 +162,8 @@ CREATE FUNCTION nl_pick_up(stamp bigint, first boolean, p_lease bigint, OUT job 
 DECLARE h handed;
 BEGIN
   LOOP
-    DELETE FROM handed d WHERE d.seq = (
-      SELECT seq FROM handed ORDER BY CASE WHEN first THEN seq ELSE -seq END LIMIT 1)
+    DELETE FROM handed d WHERE d.seq = CASE WHEN first THEN (SELECT min(seq) FROM handed)
+                                            ELSE (SELECT max(seq) FROM handed) END
       RETURNING * INTO h;
     IF NOT FOUND THEN RETURN; END IF;
     UPDATE job j SET started = coalesce(stamp, j.started), until = stamp + p_lease

@@ -419,6 +419,61 @@ fn a_job_handed_to_an_idle_worker_starts_and_renews_its_lease_at_its_pick_up() {
     assert_eq!(until - started, 50_000, "the lease renewed at the pick-up");
 }
 
+#[test]
+fn a_finish_while_a_handed_job_waits_for_its_worker_runs_that_job_and_keeps_the_tenant_s_order() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    let mut c = schema(&cluster.url, "swap");
+    let (weights, durations): (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+    c.execute(
+        "SELECT noisylab_setup('fair', -1, -1, -1, 'swap_', $1, $2)",
+        &[&weights, &durations],
+    )
+    .unwrap();
+    let job = |c: &mut postgres::Client, sql: &str| -> Option<i64> {
+        c.query_one(sql, &[]).unwrap().get(0)
+    };
+    let submit = |c: &mut postgres::Client, id: i64| {
+        c.query_one("SELECT ok FROM noisylab_submit($1, 1, 1)", &[&id])
+            .unwrap()
+    };
+    // Workers 1 and 2, alive and idle; job 0 is handed to worker 1, which
+    // picks it up.
+    c.batch_execute("SELECT noisylab_ready(1), noisylab_ready(2)")
+        .unwrap();
+    assert_eq!(job(&mut c, "SELECT job FROM noisylab_take(1, false)"), None);
+    assert_eq!(job(&mut c, "SELECT job FROM noisylab_take(2, false)"), None);
+    submit(&mut c, 0);
+    assert_eq!(
+        job(&mut c, "SELECT job FROM noisylab_take(1, true)"),
+        Some(0)
+    );
+    // Job 1 is handed to worker 2, slow to hear; job 2 waits.
+    submit(&mut c, 1);
+    submit(&mut c, 2);
+    // Worker 1 finishes: it runs job 1, handed out first, and worker 2
+    // picks up job 2, which the finish started by the discipline.
+    assert_eq!(
+        job(&mut c, "SELECT job FROM noisylab_finish(1, 0, 1, NULL)"),
+        Some(1)
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert_eq!(
+        job(&mut c, "SELECT job FROM noisylab_take(2, true)"),
+        Some(2)
+    );
+    let started: Vec<i64> = c
+        .query("SELECT started FROM job ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        started[0] <= started[1] && started[1] < started[2],
+        "the tenant's jobs start in their order: {started:?}"
+    );
+}
+
 /// A job, its tenant and its lease, as a take or a finish hands it out.
 type Handed = (Option<i64>, Option<i32>, Option<i64>);
 
