@@ -32,6 +32,10 @@
 //! | … the Lua lends while `reserve` workers are idle (`>=` for `>`) | the same, and `a_cap_that_lends_lends_as_the_model_does_on_redis` |
 //! | … the Lua's renew counts no renewal | `backend`: `jobs_several_leases_long_renew_them_and_run_once` |
 //! | `noisylab.sql`'s wake ignores lending (wakes for runnable jobs only) | `backend`: `the_sql_functions_driven_as_workers_drive_them_hand_out_the_schedulers_jobs` |
+//! | … its start keeps a tenant in line at its cap (`<=` for `<`) | `backend`: `the_sql_functions_take_the_same_jobs_as_the_in_process_schedulers`, `the_sql_functions_driven_as_workers_drive_them_hand_out_the_schedulers_jobs` |
+//! | … its finish leaves a tenant back below its cap first to lend to (`capped` kept) | `backend`: `the_sql_functions_take_the_same_jobs_as_the_in_process_schedulers` |
+//! | … its vtc start charges a job's cost without its tenant's weight | both `the_sql_functions_…` tests |
+//! | … a finish while a handed job waits runs its own job | `backend`: `a_finish_while_a_handed_job_waits_for_its_worker_runs_that_job_and_keeps_the_tenant_s_order` |
 //! | the coordinator never turns a slow link well again (the delay's end ignored) | `backend`: `a_slow_link_holds_its_process_s_jobs_longer_and_loses_nothing` |
 //! | the worker renews while half the lease or more is left (`>=` for `>`) | `noisylab` (lib): `backend::worker::tests::the_worker_renews_as_often_as_the_model_counts` |
 //! | the machine check leaves out the CPU of the children the lab reaped | `noisylab` (lib): `machine::tests::processes_the_lab_started_are_the_lab_and_the_rest_are_others` |
