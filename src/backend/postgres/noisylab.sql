@@ -166,9 +166,9 @@ CREATE TABLE idle (worker int PRIMARY KEY, since bigint NOT NULL);
 CREATE INDEX idle_since ON idle (since);
 CREATE TABLE figures (worker int PRIMARY KEY, text text NOT NULL);
 -- Workers listening on their channel, by the server process that serves
--- each (a worker whose server process is gone is dead), and the workers a
--- wake was sent to and has not been taken up by.
+-- each; alive, those whose server process is there (one gone is dead).
 CREATE TABLE worker (me int PRIMARY KEY, pid int NOT NULL);
+CREATE VIEW alive AS SELECT w.me FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid;
 -- A worker woken for a job a submit handed out (`handed`) or by a plain
 -- wake (not); the jobs handed out and not yet picked up, in the order they
 -- were handed (a woken worker picks up the first: a worker slow to hear
@@ -414,14 +414,11 @@ DECLARE
   gone_idle int; gone_woken int := 0; handed int := 0; g record; j bigint; t int;
 BEGIN
   WITH gone AS (
-    DELETE FROM idle i WHERE NOT EXISTS (
-      SELECT 1 FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid WHERE w.me = i.worker)
-    RETURNING 1)
+    DELETE FROM idle i WHERE NOT EXISTS (SELECT 1 FROM alive WHERE me = i.worker) RETURNING 1)
   SELECT count(*) INTO gone_idle FROM gone;
   -- For each dead worker woken for a handed job, the last job handed goes
   -- back to its queue, as when its lease runs out.
-  FOR g IN DELETE FROM woken k WHERE NOT EXISTS (
-      SELECT 1 FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid WHERE w.me = k.worker)
+  FOR g IN DELETE FROM woken k WHERE NOT EXISTS (SELECT 1 FROM alive WHERE me = k.worker)
     RETURNING k.handed LOOP
     IF NOT g.handed THEN
       gone_woken := gone_woken + 1;
@@ -648,8 +645,7 @@ DECLARE
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM job WHERE state = 'r' AND until <= stamp)
      AND NOT EXISTS (SELECT 1 FROM (SELECT worker FROM idle UNION ALL SELECT worker FROM woken) k
-                     WHERE NOT EXISTS (SELECT 1 FROM worker w JOIN pg_stat_activity a ON a.pid = w.pid
-                                       WHERE w.me = k.worker)) THEN
+                     WHERE NOT EXISTS (SELECT 1 FROM alive WHERE me = k.worker)) THEN
     RETURN 0;
   END IF;
   s := nl_reap(nl_bury(nl_lock()), nl_now());

@@ -21,14 +21,42 @@
 -- versions the transaction left before it: 2,000 jobs cost seconds, not
 -- milliseconds.
 
+-- Tenant p_t, with w jobs waiting and r running, gets `a` more, the first
+-- `head`: its counters, and its place in its discipline's order if it had
+-- nothing waiting (vtc lifts its counter to the lowest among tenants with
+-- work or, with none, the last one's: a tenant with nothing waiting banks
+-- no credit).
+CREATE FUNCTION nl_enter(INOUT c cfg, p_t int, w int, r int, a int, head bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE lo float8; x float8;
+BEGIN
+  c.queued := c.queued + a;
+  c.runnable := c.runnable + nl_runnable(c, w, r, w + a, r);
+  IF c.queue = 'vtc' AND w = 0 THEN
+    SELECT ctr INTO lo FROM tenant WHERE waiting > 0 ORDER BY ctr LIMIT 1;
+    SELECT greatest(ctr, coalesce(lo, c.vlast)) INTO x FROM tenant WHERE t = p_t;
+    UPDATE tenant SET ctr = x WHERE t = p_t;
+  END IF;
+  IF w = 0 AND r < c.cap AND c.queue = 'fair' THEN
+    UPDATE tenant SET waiting = a, lane = 0, ready = nextval('tick') WHERE t = p_t;
+    RETURN;
+  END IF;
+  UPDATE tenant SET waiting = waiting + a WHERE t = p_t;
+  IF w = 0 AND r < c.cap THEN
+    PERFORM nl_ready(c, p_t, head);
+  ELSIF w = 0 AND c.reserve >= 0 THEN
+    UPDATE tenant SET capped = head WHERE t = p_t;
+  END IF;
+END $$;
+
 -- Queue a job (of `cost`, charged by vtc when it starts) at `stamp`, or
 -- refuse it when its tenant has `qlimit` waiting: (true, 0) or (false,
 -- waiting).
 CREATE FUNCTION nl_push(INOUT c cfg, p_job bigint, p_t int, p_cost float8, stamp bigint,
                         OUT ok boolean, OUT waiting int) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE
-  r int; x float8; lo float8;
+DECLARE r int;
 BEGIN
   IF p_job <= c.newest THEN
     RAISE EXCEPTION 'noisylab: job % is not newer than the last submitted (%): numbers must grow with submits',
@@ -46,25 +74,7 @@ BEGIN
     RETURN;
   END IF;
   INSERT INTO job (id, tenant, cost, state, enqueued) VALUES (p_job, p_t, p_cost, 'q', stamp);
-  c.queued := c.queued + 1;
-  IF c.queue = 'vtc' AND waiting = 0 THEN
-    -- A tenant with nothing waiting banks no credit: lifted to the lowest
-    -- counter among tenants with work or, with none, the last one's.
-    SELECT ctr INTO lo FROM tenant WHERE tenant.waiting > 0 ORDER BY ctr LIMIT 1;
-    SELECT greatest(ctr, coalesce(lo, c.vlast)) INTO x FROM tenant WHERE t = p_t;
-    UPDATE tenant SET ctr = x WHERE t = p_t;
-  END IF;
-  c.runnable := c.runnable + nl_runnable(c, waiting, r, waiting + 1, r);
-  IF waiting = 0 AND r < c.cap AND c.queue = 'fair' THEN
-    UPDATE tenant SET waiting = 1, lane = 0, ready = nextval('tick') WHERE t = p_t;
-  ELSE
-    UPDATE tenant SET waiting = tenant.waiting + 1 WHERE t = p_t;
-  END IF;
-  IF waiting = 0 AND r < c.cap THEN
-    IF c.queue <> 'fair' THEN PERFORM nl_ready(c, p_t, p_job); END IF;
-  ELSIF waiting = 0 AND c.reserve >= 0 THEN
-    UPDATE tenant SET capped = p_job WHERE t = p_t;
-  END IF;
+  c := nl_enter(c, p_t, waiting, r, 1, p_job);
   ok := true;
   waiting := 0;
 END $$;
@@ -79,7 +89,7 @@ CREATE FUNCTION nl_push_rest(INOUT c cfg, p_ids bigint[], p_ts int[], p_costs fl
                              OUT oks boolean[], OUT xs int[]) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-  d record; w int; r int; a int; lo float8; x float8;
+  d record; w int; r int; a int;
   ts int[] := '{}'; acc int[] := '{}'; w0 int[] := '{}';
 BEGIN
   FOR d IN SELECT u.t, count(*)::int AS k, (array_agg(u.id ORDER BY u.n))[1] AS head
@@ -92,23 +102,7 @@ BEGIN
     a := greatest(0, least(d.k, c.qlimit - w));
     ts := ts || d.t; acc := acc || a; w0 := w0 || w;
     CONTINUE WHEN a = 0;
-    c.queued := c.queued + a;
-    IF c.queue = 'vtc' AND w = 0 THEN
-      SELECT ctr INTO lo FROM tenant WHERE tenant.waiting > 0 ORDER BY ctr LIMIT 1;
-      SELECT greatest(ctr, coalesce(lo, c.vlast)) INTO x FROM tenant WHERE t = d.t;
-      UPDATE tenant SET ctr = x WHERE t = d.t;
-    END IF;
-    UPDATE tenant SET waiting = waiting + a WHERE t = d.t;
-    c.runnable := c.runnable + nl_runnable(c, w, r, w + a, r);
-    IF w = 0 AND r < c.cap THEN
-      IF c.queue = 'fair' THEN
-        UPDATE tenant SET lane = 0, ready = nextval('tick') WHERE t = d.t;
-      ELSE
-        PERFORM nl_ready(c, d.t, d.head);
-      END IF;
-    ELSIF w = 0 AND c.reserve >= 0 THEN
-      UPDATE tenant SET capped = d.head WHERE t = d.t;
-    END IF;
+    c := nl_enter(c, d.t, w, r, a, d.head);
   END LOOP;
   -- Each job: accepted while its rank among its tenant's is within the
   -- tenant's accepted count; a refused one says the waiting it met.

@@ -377,17 +377,24 @@ fn a_slow_link_holds_its_process_s_jobs_longer_and_loses_nothing_on_postgres() {
     );
 }
 
+/// Schema `name` holding a fair queue, no cap, limit or lending, its
+/// workers hearing on `name_N`.
+fn fair_queue(url: &str, name: &str) -> postgres::Client {
+    let mut c = schema(url, name);
+    let (weights, durations): (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+    c.execute(
+        "SELECT noisylab_setup('fair', -1, -1, -1, $1, $2, $3)",
+        &[&format!("{name}_"), &weights, &durations],
+    )
+    .unwrap();
+    c
+}
+
 #[test]
 fn a_job_handed_to_an_idle_worker_starts_and_renews_its_lease_at_its_pick_up() {
     let _turn = one_at_a_time();
     let Some(cluster) = cluster() else { return };
-    let mut c = schema(&cluster.url, "handed");
-    let (weights, durations): (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
-    c.execute(
-        "SELECT noisylab_setup('fair', -1, -1, -1, 'handed_', $1, $2)",
-        &[&weights, &durations],
-    )
-    .unwrap();
+    let mut c = fair_queue(&cluster.url, "handed");
     // Worker 1, alive (this connection's server process), idle, a lease of
     // 50 ms; a submit hands it job 0.
     c.batch_execute("SELECT noisylab_ready(1); SELECT noisylab_lease(50000)")
@@ -423,13 +430,7 @@ fn a_job_handed_to_an_idle_worker_starts_and_renews_its_lease_at_its_pick_up() {
 fn a_finish_while_a_handed_job_waits_for_its_worker_runs_that_job_and_keeps_the_tenant_s_order() {
     let _turn = one_at_a_time();
     let Some(cluster) = cluster() else { return };
-    let mut c = schema(&cluster.url, "swap");
-    let (weights, durations): (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
-    c.execute(
-        "SELECT noisylab_setup('fair', -1, -1, -1, 'swap_', $1, $2)",
-        &[&weights, &durations],
-    )
-    .unwrap();
+    let mut c = fair_queue(&cluster.url, "swap");
     let job = |c: &mut postgres::Client, sql: &str| -> Option<i64> {
         c.query_one(sql, &[]).unwrap().get(0)
     };
