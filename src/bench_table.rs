@@ -13,8 +13,10 @@
 //! - Throughput with `job_ms = 0`: 20 client threads submit, one call
 //!   each; then the same number of jobs added at once (one
 //!   `noisylab_submit_many` call) and drained by 20 worker threads (a
-//!   finish and the next take in one call), for fifo and fair, every call a
-//!   prepared statement as in the lab; beside `pgbench`'s simple-update
+//!   finish and the next take in one call), one call each, then again
+//!   with their calls sent together as the lab's workers send theirs
+//!   (`noisylab_steps`), for fifo and fair, every call a prepared
+//!   statement as in the lab; beside `pgbench`'s simple-update
 //!   rate (`-N`, 20 clients) and its tpcb-like rate at scale 1 (every
 //!   transaction updating one row: the floor of one lock held through a
 //!   commit) on the same cluster, in the same run.
@@ -26,6 +28,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use noisylab::backend::peers;
 use noisylab::backend::postgres::server::{self, OwnedCluster};
+use noisylab::backend::postgres::worker::Step;
 use noisylab::backend::postgres::{self as pg};
 use noisylab::stats::{new_histogram, percentiles, record};
 use postgres::Client;
@@ -140,8 +143,9 @@ fn run(size: &Size) -> Result<()> {
     for queue in ["fifo", "fair"] {
         let r = throughput(&cluster.url, &mut c, queue, size.jobs)?;
         println!(
-            "  {queue:<5} submit {:>8.0}   added at once {:>8.0}   take and finish {:>8.0}",
-            r.submit, r.add, r.drain
+            "  {queue:<5} submit {:>8.0}   added at once {:>8.0}   take and finish: one call each \
+             {:>6.0}, sent together {:>6.0} ({:.1} steps a call)",
+            r.submit, r.add, r.drain, r.together, r.steps_a_call
         );
         if queue == "fair" {
             fair_tp = Some(r);
@@ -219,7 +223,7 @@ fn beside_graphile(
     let ours = peers::PeerFigures {
         peer: "noisylab fair (SQL functions)".into(),
         add_per_s: fair_tp.add,
-        drain_per_s: fair_tp.drain,
+        drain_per_s: fair_tp.together,
         pickup_p50_ms: p50,
         pickup_p99_ms: p99,
     };
@@ -227,7 +231,8 @@ fn beside_graphile(
     if size.report {
         let setting = format!(
             "{setting}; noisylab: {} jobs in one noisylab_submit_many call, then drained by {THREADS} \
-             worker threads (prepared statements); {}: {} jobs in one addJobs, then drained by one \
+             worker threads of one process, their calls sent together as the lab's workers send \
+             theirs (noisylab_steps, prepared); {}: {} jobs in one addJobs, then drained by one \
              runner at concurrency {THREADS}, its defaults",
             size.jobs, g.peer, size.jobs
         );
@@ -360,8 +365,13 @@ struct Rates {
     submit: f64,
     /// Added at once: one `noisylab_submit_many` call.
     add: f64,
-    /// Taken and finished by 20 worker threads, after the add.
+    /// Taken and finished by 20 worker threads, one call each, after the
+    /// add.
     drain: f64,
+    /// The same, the threads' calls sent together as the lab's workers
+    /// send theirs (`noisylab_steps`); and the mean steps a call.
+    together: f64,
+    steps_a_call: f64,
 }
 
 /// The queue's [`Rates`]; every call a prepared statement, as the lab's
@@ -402,6 +412,47 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates
         }
         Ok(())
     })?;
+    all_done(c, queue, jobs)?;
+    setup(c)?;
+    pg::submit_many(c, &many, &ids, &tenants, &vec![None; ids.len()])?;
+    let steps = pg::worker::Steps::new(pg::worker::LANES);
+    let together = parallel(url, |me, w| {
+        let statement = w.prepare(pg::worker::STEPS)?;
+        let mut send = |step: Step| {
+            steps.call(step, |calls| {
+                let (me, woken, job, tenant, lease) = pg::worker::step_arrays(&calls);
+                let rows = w.query(&statement, &[&me, &woken, &job, &tenant, &lease])?;
+                pg::worker::step_answers(&calls, &rows)
+            })
+        };
+        let mut next = send(Step {
+            me,
+            woken: false,
+            finish: None,
+        })?;
+        while let Some(job) = next {
+            next = send(Step {
+                me,
+                woken: false,
+                finish: Some(job),
+            })?;
+        }
+        Ok(())
+    })?;
+    all_done(c, queue, jobs)?;
+    let (calls, sends) = steps.counts();
+    let rate = |s: f64| jobs as f64 / s;
+    Ok(Rates {
+        submit: rate(submit),
+        add: rate(add),
+        drain: rate(drain),
+        together: rate(together),
+        steps_a_call: calls as f64 / sends.max(1) as f64,
+    })
+}
+
+/// Every one of the `jobs` jobs of the drain finished, or what is left.
+fn all_done(c: &mut Client, queue: &str, jobs: i64) -> Result<()> {
     let done: i64 = c
         .query_one("SELECT count(*) FROM job WHERE state = 'f'", &[])?
         .get(0);
@@ -417,34 +468,27 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates
         let cfg: String = c.query_one("SELECT cfg::text FROM cfg", &[])?.get(0);
         bail!("{queue}: {done} of {jobs} jobs finished; left {left:?}; {cfg}");
     }
-    let rate = |s: f64| jobs as f64 / s;
-    Ok(Rates {
-        submit: rate(submit),
-        add: rate(add),
-        drain: rate(drain),
-    })
+    Ok(())
 }
 
 /// Seconds for `THREADS` threads, each on its own connection, to run `work`.
-fn parallel(
-    url: &str,
-    work: impl Fn(i32, &mut Client) -> Result<()> + Send + Sync + Copy + 'static,
-) -> Result<f64> {
+fn parallel(url: &str, work: impl Fn(i32, &mut Client) -> Result<()> + Sync) -> Result<f64> {
     let started = Instant::now();
-    let handles: Vec<_> = (1..=THREADS)
-        .map(|me| {
-            let url = url.to_string();
-            std::thread::spawn(move || -> Result<()> {
-                let mut w = pg::connect(&url)?;
-                w.batch_execute("SET search_path TO bench")?;
-                work(me, &mut w)
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (1..=THREADS)
+            .map(|me| {
+                let work = &work;
+                s.spawn(move || -> Result<()> {
+                    let mut w = pg::connect(url)?;
+                    w.batch_execute("SET search_path TO bench")?;
+                    work(me, &mut w)
+                })
             })
-        })
-        .collect();
-    for h in handles {
-        h.join()
-            .map_err(|_| anyhow::anyhow!("a thread panicked"))??;
-    }
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("a thread panicked"))?)
+    })?;
     Ok(started.elapsed().as_secs_f64())
 }
 

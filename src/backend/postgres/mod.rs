@@ -27,7 +27,11 @@ use server::OwnedCluster;
 
 /// The schema and its functions, as `noisylab scripts postgres` prints it:
 /// the tables and the workers' calls, then the submits.
-pub const SCHEMA: &str = concat!(include_str!("noisylab.sql"), include_str!("submit.sql"));
+pub const SCHEMA: &str = concat!(
+    include_str!("noisylab.sql"),
+    include_str!("worker.sql"),
+    include_str!("submit.sql")
+);
 
 /// A lab on PostgreSQL: the coordinator over the PostgreSQL wire.
 pub type PgBackend = Coordinator<PgWire>;
@@ -275,7 +279,7 @@ impl PgWire {
                     .query_one(
                         &format!(
                             "SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time), 0)::float8 \
-                             FROM {at}.pg_stat_statements WHERE query ~ 'noisylab_(take|finish|submit)'"
+                             FROM {at}.pg_stat_statements WHERE query ~ 'noisylab_(take|finish|steps|submit)'"
                         ),
                         &[],
                     )

@@ -11,12 +11,21 @@
 //! again; a take repeated may leave the job the lost reply carried leased
 //! to nobody (its lease runs out and it goes back to its queue); a finish
 //! repeated after it went through is known by its lease.
+//!
+//! The threads of a process send their takes and finishes together
+//! ([`Combiner`]): one `noisylab_steps` call carries the calls made while
+//! another thread's was on its way, so under load the queue's lock and a
+//! commit are paid once for many (a call alone still goes at once).
+
+use std::cell::RefCell;
+use std::sync::Arc;
 
 use anyhow::{Result, anyhow, bail};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, Statement};
 
 use super::{connect, one_line, schema_of};
+use crate::backend::combine::Combiner;
 use crate::backend::worker::{Backoff, Job, Taker, serve_threads};
 
 /// A run starts (the coordinator set it up).
@@ -32,7 +41,95 @@ pub const WAKE: &str = "wake";
 /// the coordinator says quit.
 pub fn serve(url: &str, id: &str, threads: u32) -> Result<()> {
     let (url, schema) = (url.to_string(), schema_of(id));
-    serve_threads(threads, move || PgTaker::join(&url, &schema))
+    let steps = Arc::new(Steps::new(LANES));
+    serve_threads(threads, move || PgTaker::join(&url, &schema, steps.clone()))
+}
+
+/// One worker's take (`finish` none; `woken` as [`Taker::take`] says) or
+/// finish, as `noisylab_steps` carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub me: i32,
+    pub woken: bool,
+    pub finish: Option<Job>,
+}
+
+/// A process's workers' steps, sent together: each answered by the
+/// worker's next job.
+pub type Steps = Combiner<Step, Option<Job>>;
+
+/// A process's calls on their way at once: two, so that one waits on the
+/// queue's lock while the other holds it (the server does not sit idle for
+/// a round trip between them), and a thread that finishes beside one other
+/// does not wait for it (see [`Combiner`]).
+pub const LANES: usize = 2;
+
+/// The call that sends steps together, each a worker's take or finish:
+/// one row a step, in their order (the worker, then job, tenant, lease).
+pub const STEPS: &str = "SELECT me, job, tenant, lease FROM noisylab_steps($1, $2, $3, $4, $5)";
+
+/// `steps` as `noisylab_steps`'s five arrays (workers, woken, jobs,
+/// tenants, leases).
+#[allow(clippy::type_complexity)]
+pub fn step_arrays(
+    steps: &[Step],
+) -> (
+    Vec<i32>,
+    Vec<bool>,
+    Vec<Option<i64>>,
+    Vec<Option<i32>>,
+    Vec<Option<i64>>,
+) {
+    let on =
+        |f: fn(Job) -> i64| -> Vec<Option<i64>> { steps.iter().map(|s| s.finish.map(f)).collect() };
+    (
+        steps.iter().map(|s| s.me).collect(),
+        steps.iter().map(|s| s.woken).collect(),
+        on(|j| i64::from(j.id)),
+        steps
+            .iter()
+            .map(|s| s.finish.map(|j| j.queue as i32))
+            .collect(),
+        on(|j| j.lease as i64),
+    )
+}
+
+/// Each step's next job, from `noisylab_steps`'s rows: one a step, of the
+/// same worker, in the same order.
+pub fn step_answers(steps: &[Step], rows: &[postgres::Row]) -> Result<Vec<Option<Job>>> {
+    if rows.len() != steps.len() {
+        bail!(
+            "noisylab_steps answered {} of {} steps",
+            rows.len(),
+            steps.len()
+        );
+    }
+    steps
+        .iter()
+        .zip(rows)
+        .map(|(s, r)| {
+            let me: i32 = r.get(0);
+            if me != s.me {
+                bail!(
+                    "noisylab_steps answered worker {me} where worker {} was due",
+                    s.me
+                );
+            }
+            Ok(job_of(r, 1))
+        })
+        .collect()
+}
+
+/// The job in `row`'s columns from `at` (job, tenant, lease), if any.
+fn job_of(row: &postgres::Row, at: usize) -> Option<Job> {
+    let job: Option<i64> = row.get(at);
+    let tenant: Option<i32> = row.get(at + 1);
+    let lease: Option<i64> = row.get(at + 2);
+    Some(Job {
+        id: job? as u32,
+        queue: tenant? as u32,
+        lease: lease.unwrap_or(0) as u64,
+    })
 }
 
 struct PgTaker {
@@ -40,8 +137,9 @@ struct PgTaker {
     schema: String,
     client: Client,
     me: i32,
-    take: Statement,
-    finish: Statement,
+    steps: Statement,
+    /// This process's workers' steps, sent together.
+    together: Arc<Steps>,
     /// After connecting again while idle: whether a wake had been sent to
     /// it (its next take is a woken one).
     rejoined: Option<bool>,
@@ -71,7 +169,7 @@ fn db(e: postgres::Error) -> anyhow::Error {
 }
 
 impl PgTaker {
-    fn join(url: &str, schema: &str) -> Result<PgTaker> {
+    fn join(url: &str, schema: &str, together: Arc<Steps>) -> Result<PgTaker> {
         let mut client = connect(url)?;
         client
             .batch_execute(&format!("SET search_path TO {schema}"))
@@ -87,14 +185,14 @@ impl PgTaker {
                 "LISTEN \"{schema}_{me}\"; SELECT noisylab_ready({me})"
             ))
             .map_err(db)?;
-        let (take, finish) = prepare(&mut client)?;
+        let steps = client.prepare(STEPS).map_err(db)?;
         Ok(PgTaker {
             url: url.to_string(),
             schema: schema.to_string(),
             client,
             me,
-            take,
-            finish,
+            steps,
+            together,
             rejoined: None,
         })
     }
@@ -113,7 +211,7 @@ impl PgTaker {
             .query_one("SELECT noisylab_rejoin($1)", &[&me])
             .map_err(db)?
             .get(0);
-        (self.take, self.finish) = prepare(&mut client)?;
+        self.steps = client.prepare(STEPS).map_err(db)?;
         self.client = client;
         Ok(woken)
     }
@@ -169,15 +267,34 @@ impl PgTaker {
         }
     }
 
-    fn job(row: &postgres::Row) -> Option<Job> {
-        let job: Option<i64> = row.get(0);
-        let tenant: Option<i32> = row.get(1);
-        let lease: Option<i64> = row.get(2);
-        Some(Job {
-            id: job? as u32,
-            queue: tenant? as u32,
-            lease: lease.unwrap_or(0) as u64,
-        })
+    /// `step`'s next job, sent with the steps this process's other
+    /// workers made meanwhile (through this worker's connection if none
+    /// is on its way).
+    fn step(&mut self, step: Step) -> Result<Option<Job>> {
+        let together = self.together.clone();
+        together.call(step, |steps| self.send(steps))
+    }
+
+    /// Send `steps` in one call, again on a new connection while the
+    /// server drops it; this worker's own take counts a wake the server
+    /// says was sent to it meanwhile.
+    fn send(&mut self, steps: Vec<Step>) -> Result<Vec<Option<Job>>> {
+        let steps = RefCell::new(steps);
+        let rows = self.call(
+            |w| {
+                let (me, woken, job, tenant, lease) = step_arrays(&steps.borrow());
+                w.client
+                    .query(&w.steps, &[&me, &woken, &job, &tenant, &lease])
+            },
+            |w, was_woken| {
+                for s in steps.borrow_mut().iter_mut() {
+                    if s.me == w.me && s.finish.is_none() {
+                        s.woken = was_woken;
+                    }
+                }
+            },
+        )?;
+        step_answers(&steps.borrow(), &rows)
     }
 }
 
@@ -224,24 +341,20 @@ impl Taker for PgTaker {
 
     fn take(&mut self, woken: bool) -> Result<Option<Job>> {
         // After connecting again while idle, a wake sent meanwhile counts.
-        let woken = std::cell::Cell::new(self.rejoined.take().unwrap_or(woken));
-        let row = self.call(
-            |w| w.client.query_one(&w.take, &[&w.me, &woken.get()]),
-            |_, was_woken| woken.set(was_woken),
-        )?;
-        Ok(Self::job(&row))
+        let woken = self.rejoined.take().unwrap_or(woken);
+        self.step(Step {
+            me: self.me,
+            woken,
+            finish: None,
+        })
     }
 
     fn finish(&mut self, job: Job) -> Result<Option<Job>> {
-        let (id, tenant, lease) = (i64::from(job.id), job.queue as i32, job.lease as i64);
-        let row = self.call(
-            |w| {
-                w.client
-                    .query_one(&w.finish, &[&w.me, &id, &tenant, &lease])
-            },
-            |_, _| {},
-        )?;
-        Ok(Self::job(&row))
+        self.step(Step {
+            me: self.me,
+            woken: false,
+            finish: Some(job),
+        })
     }
 
     fn wait_wake(&mut self) -> Result<bool> {
@@ -275,15 +388,4 @@ impl Taker for PgTaker {
         )?;
         Ok(())
     }
-}
-
-/// The take and the finish, prepared on `client`.
-fn prepare(client: &mut Client) -> Result<(Statement, Statement)> {
-    let take = client
-        .prepare("SELECT job, tenant, lease FROM noisylab_take($1, $2)")
-        .map_err(db)?;
-    let finish = client
-        .prepare("SELECT job, tenant, lease FROM noisylab_finish($1, $2, $3, $4)")
-        .map_err(db)?;
-    Ok((take, finish))
 }

@@ -22,7 +22,7 @@ use super::{
 /// A cluster of the test's own (fsync off: the tests check rules, not
 /// durability), or `None` where PostgreSQL is missing and servers are not
 /// required.
-fn cluster() -> Option<OwnedCluster> {
+pub(super) fn cluster() -> Option<OwnedCluster> {
     if pg_server::binaries().is_none() {
         assert!(
             std::env::var_os("NOISYLAB_REQUIRE_SERVERS").is_none(),
@@ -36,7 +36,7 @@ fn cluster() -> Option<OwnedCluster> {
 }
 
 /// A connection on a schema of noisylab's functions.
-fn schema(url: &str, name: &str) -> postgres::Client {
+pub(super) fn schema(url: &str, name: &str) -> postgres::Client {
     let mut client = pg::connect(url).unwrap();
     pg::make_schema(&mut client, name).unwrap();
     client

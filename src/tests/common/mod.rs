@@ -36,6 +36,8 @@
 //! | … its finish leaves a tenant back below its cap first to lend to (`capped` kept) | `backend`: `the_sql_functions_take_the_same_jobs_as_the_in_process_schedulers` |
 //! | … its vtc start charges a job's cost without its tenant's weight | both `the_sql_functions_…` tests |
 //! | … a finish while a handed job waits runs its own job | `backend`: `a_finish_while_a_handed_job_waits_for_its_worker_runs_that_job_and_keeps_the_tenant_s_order` |
+//! | `worker.sql`'s `noisylab_steps` does not carry the queue's row from one step to the next (`c := s.c` left out) | `backend`: `steps_sent_together_answer_and_leave_the_queue_as_the_same_calls_one_by_one` |
+//! | the workers' combiner sends again a call already on its way in another thread's batch (its `waiting` check left out) | `noisylab` (lib): `backend::combine::tests::a_call_on_its_way_in_another_s_batch_is_not_sent_again_when_a_lane_frees` |
 //! | the coordinator never turns a slow link well again (the delay's end ignored) | `backend`: `a_slow_link_holds_its_process_s_jobs_longer_and_loses_nothing` |
 //! | the worker renews while half the lease or more is left (`>=` for `>`) | `noisylab` (lib): `backend::worker::tests::the_worker_renews_as_often_as_the_model_counts` |
 //! | the machine check leaves out the CPU of the children the lab reaped | `noisylab` (lib): `machine::tests::processes_the_lab_started_are_the_lab_and_the_rest_are_others` |
