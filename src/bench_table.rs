@@ -420,8 +420,8 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates
         let statement = w.prepare(pg::worker::STEPS)?;
         let mut send = |step: Step| {
             steps.call(step, |calls| {
-                let (me, woken, job, tenant, lease) = pg::worker::step_arrays(&calls);
-                let rows = w.query(&statement, &[&me, &woken, &job, &tenant, &lease])?;
+                let arrays = pg::worker::StepArrays::of(&calls);
+                let rows = w.query(&statement, &arrays.params())?;
                 pg::worker::step_answers(&calls, &rows)
             })
         };

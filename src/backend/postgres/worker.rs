@@ -13,9 +13,10 @@
 //! repeated after it went through is known by its lease.
 //!
 //! The threads of a process send their takes and finishes together
-//! ([`Combiner`]): one `noisylab_steps` call carries the calls made while
-//! another thread's was on its way, so under load the queue's lock and a
-//! commit are paid once for many (a call alone still goes at once).
+//! ([`Combiner`], [`LANES`]): one `noisylab_steps` call carries the calls
+//! made while two of theirs were on their way, so under load the queue's
+//! lock and a commit are paid once for many (a call made while fewer are on
+//! their way goes at once).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -68,30 +69,34 @@ pub const LANES: usize = 2;
 /// one row a step, in their order (the worker, then job, tenant, lease).
 pub const STEPS: &str = "SELECT me, job, tenant, lease FROM noisylab_steps($1, $2, $3, $4, $5)";
 
-/// `steps` as `noisylab_steps`'s five arrays (workers, woken, jobs,
-/// tenants, leases).
-#[allow(clippy::type_complexity)]
-pub fn step_arrays(
-    steps: &[Step],
-) -> (
-    Vec<i32>,
-    Vec<bool>,
-    Vec<Option<i64>>,
-    Vec<Option<i32>>,
-    Vec<Option<i64>>,
-) {
-    let on =
-        |f: fn(Job) -> i64| -> Vec<Option<i64>> { steps.iter().map(|s| s.finish.map(f)).collect() };
-    (
-        steps.iter().map(|s| s.me).collect(),
-        steps.iter().map(|s| s.woken).collect(),
-        on(|j| i64::from(j.id)),
-        steps
-            .iter()
-            .map(|s| s.finish.map(|j| j.queue as i32))
-            .collect(),
-        on(|j| j.lease as i64),
-    )
+/// Steps as `noisylab_steps`'s five arrays, one element a step.
+pub struct StepArrays {
+    me: Vec<i32>,
+    woken: Vec<bool>,
+    job: Vec<Option<i64>>,
+    tenant: Vec<Option<i32>>,
+    lease: Vec<Option<i64>>,
+}
+
+impl StepArrays {
+    pub fn of(steps: &[Step]) -> StepArrays {
+        let on = |f: fn(Job) -> Option<i64>| steps.iter().map(|s| s.finish.and_then(f)).collect();
+        StepArrays {
+            me: steps.iter().map(|s| s.me).collect(),
+            woken: steps.iter().map(|s| s.woken).collect(),
+            job: on(|j| Some(i64::from(j.id))),
+            tenant: steps
+                .iter()
+                .map(|s| s.finish.map(|j| j.queue as i32))
+                .collect(),
+            lease: on(|j| Some(j.lease as i64)),
+        }
+    }
+
+    /// The parameters of [`STEPS`].
+    pub fn params(&self) -> [&(dyn postgres::types::ToSql + Sync); 5] {
+        [&self.me, &self.woken, &self.job, &self.tenant, &self.lease]
+    }
 }
 
 /// Each step's next job, from `noisylab_steps`'s rows: one a step, of the
@@ -282,9 +287,8 @@ impl PgTaker {
         let steps = RefCell::new(steps);
         let rows = self.call(
             |w| {
-                let (me, woken, job, tenant, lease) = step_arrays(&steps.borrow());
-                w.client
-                    .query(&w.steps, &[&me, &woken, &job, &tenant, &lease])
+                let arrays = StepArrays::of(&steps.borrow());
+                w.client.query(&w.steps, &arrays.params())
             },
             |w, was_woken| {
                 for s in steps.borrow_mut().iter_mut() {

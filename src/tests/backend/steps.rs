@@ -2,7 +2,7 @@
 //! (`noisylab_steps`, as a worker process's threads send theirs) answer
 //! each worker, and leave the queue, as the same calls sent one by one.
 
-use noisylab::backend::postgres::worker::{STEPS, Step, step_answers, step_arrays};
+use noisylab::backend::postgres::worker::{STEPS, Step, StepArrays, step_answers};
 use noisylab::backend::wire::queue_name;
 use noisylab::backend::worker::Job;
 use proptest::prelude::*;
@@ -78,11 +78,8 @@ impl Queue {
 
     fn steps(&mut self, steps: &[Step]) -> Vec<Option<Job>> {
         if self.together {
-            let (me, woken, job, tenant, lease) = step_arrays(steps);
-            let rows = self
-                .client
-                .query(STEPS, &[&me, &woken, &job, &tenant, &lease])
-                .unwrap();
+            let arrays = StepArrays::of(steps);
+            let rows = self.client.query(STEPS, &arrays.params()).unwrap();
             return step_answers(steps, &rows).unwrap();
         }
         steps
