@@ -42,26 +42,51 @@ pub(super) fn schema(url: &str, name: &str) -> postgres::Client {
     client
 }
 
+/// A new queue of discipline `d` on `client`'s schema (the last one's
+/// rows gone), its workers told on `channel` || N.
+pub(super) fn setup(client: &mut postgres::Client, d: &Discipline, channel: &str) {
+    let opt = |v: Option<u32>| v.map_or(-1, |v| v as i32);
+    let no_durations: Vec<i64> = Vec::new();
+    client
+        .execute(
+            "SELECT noisylab_setup($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &queue_name(d.queue),
+                &opt(d.cap),
+                &opt(d.limit),
+                &opt(d.reserve),
+                &channel,
+                &d.weights,
+                &no_durations,
+            ],
+        )
+        .unwrap();
+}
+
+/// `noisylab_submit` as the lab's submitter calls it: `Err(waiting)` where
+/// the limit refused the job.
+pub(super) fn submit(
+    client: &mut postgres::Client,
+    job: u32,
+    tenant: u32,
+    cost: f64,
+) -> Result<(), u32> {
+    let r = client
+        .query_one(
+            "SELECT ok, x FROM noisylab_submit($1, $2, $3)",
+            &[&i64::from(job), &(tenant as i32), &cost],
+        )
+        .unwrap();
+    let (ok, waiting): (bool, i32) = (r.get(0), r.get(1));
+    if ok { Ok(()) } else { Err(waiting as u32) }
+}
+
 /// The functions on one schema; each case's setup empties the queue.
 struct PgFunctions(postgres::Client);
 
 impl Functions for PgFunctions {
     fn setup(&mut self, _case: u32, d: &Discipline) {
-        let opt = |v: Option<u32>| v.map_or(-1, |v| v as i32);
-        let no_durations: Vec<i64> = Vec::new();
-        self.0
-            .execute(
-                "SELECT noisylab_setup($1, $2, $3, $4, 'eq_', $5, $6)",
-                &[
-                    &queue_name(d.queue),
-                    &opt(d.cap),
-                    &opt(d.limit),
-                    &opt(d.reserve),
-                    &d.weights,
-                    &no_durations,
-                ],
-            )
-            .unwrap();
+        setup(&mut self.0, d, "eq_");
     }
 
     fn push(&mut self, job: u32, tenant: u32, cost: f64, key: Option<u32>) -> Result<(), u32> {
@@ -750,21 +775,7 @@ struct PgWorkers {
 
 impl super::WorkerCalls for PgWorkers {
     fn setup(&mut self, _case: u32, d: &Discipline, workers: usize) {
-        let opt = |v: Option<u32>| v.map_or(-1, |v| v as i32);
-        let durations: Vec<i64> = Vec::new();
-        self.client
-            .execute(
-                "SELECT noisylab_setup($1, $2, $3, $4, 'wp_', $5, $6)",
-                &[
-                    &queue_name(d.queue),
-                    &opt(d.cap),
-                    &opt(d.limit),
-                    &opt(d.reserve),
-                    &d.weights,
-                    &durations,
-                ],
-            )
-            .unwrap();
+        setup(&mut self.client, d, "wp_");
         if !self.registered {
             for me in 1..=workers as i32 {
                 self.client
@@ -777,15 +788,7 @@ impl super::WorkerCalls for PgWorkers {
     }
 
     fn submit(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32> {
-        let r = self
-            .client
-            .query_one(
-                "SELECT ok, x FROM noisylab_submit($1, $2, $3)",
-                &[&i64::from(job), &(tenant as i32), &cost],
-            )
-            .unwrap();
-        let (ok, waiting): (bool, i32) = (r.get(0), r.get(1));
-        if ok { Ok(()) } else { Err(waiting as u32) }
+        submit(&mut self.client, job, tenant, cost)
     }
 
     fn submit_many(&mut self, jobs: &[(u32, u32, f64)]) -> Vec<Result<(), u32>> {

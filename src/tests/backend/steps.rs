@@ -3,11 +3,10 @@
 //! each worker, and leave the queue, as the same calls sent one by one.
 
 use noisylab::backend::postgres::worker::{STEPS, Step, StepArrays, step_answers};
-use noisylab::backend::wire::queue_name;
 use noisylab::backend::worker::Job;
 use proptest::prelude::*;
 
-use super::postgres::{cluster, schema};
+use super::postgres::{cluster, schema, setup, submit};
 use super::{Discipline, discipline, one_at_a_time};
 
 const WORKERS: usize = 6;
@@ -41,21 +40,8 @@ struct Queue {
 
 impl Queue {
     fn setup(&mut self, d: &Discipline, first: bool) {
-        let opt = |v: Option<u32>| v.map_or(-1, |v| v as i32);
-        let durations: Vec<i64> = Vec::new();
         let c = &mut self.client;
-        c.execute(
-            "SELECT noisylab_setup($1, $2, $3, $4, 'st_', $5, $6)",
-            &[
-                &queue_name(d.queue),
-                &opt(d.cap),
-                &opt(d.limit),
-                &opt(d.reserve),
-                &d.weights,
-                &durations,
-            ],
-        )
-        .unwrap();
+        setup(c, d, "st_");
         // Leases no step outlives: each finish names its lease.
         c.execute("SELECT noisylab_lease(3600000000)", &[]).unwrap();
         if first {
@@ -65,15 +51,8 @@ impl Queue {
         }
     }
 
-    fn submit(&mut self, job: u32, tenant: u32, cost: f64) -> (bool, i32) {
-        let r = self
-            .client
-            .query_one(
-                "SELECT ok, x FROM noisylab_submit($1, $2, $3)",
-                &[&i64::from(job), &(tenant as i32), &cost],
-            )
-            .unwrap();
-        (r.get(0), r.get(1))
+    fn submit(&mut self, job: u32, tenant: u32, cost: f64) -> Result<(), u32> {
+        submit(&mut self.client, job, tenant, cost)
     }
 
     fn steps(&mut self, steps: &[Step]) -> Vec<Option<Job>> {
