@@ -256,6 +256,7 @@ fn pickup(url: &str, c: &mut Client, n: u32) -> Result<(f64, f64)> {
     )?;
     c.batch_execute("TRUNCATE worker")?;
     let started = Mutex::new(Vec::new());
+    let steps = &pg::worker::Steps::new(pg::worker::LANES);
     let stop = AtomicBool::new(false);
     let ready = std::sync::Barrier::new(THREADS as usize + 1);
     let mut sent = Vec::with_capacity(n as usize);
@@ -269,18 +270,24 @@ fn pickup(url: &str, c: &mut Client, n: u32) -> Result<(f64, f64)> {
                     let me: i32 = w.query_one("SELECT noisylab_join()", &[])?.get(0);
                     w.batch_execute(&format!("LISTEN pk_{me}"))?;
                     w.query_one("SELECT noisylab_ready($1)", &[&me])?;
-                    let take = w.prepare("SELECT job, tenant FROM noisylab_take($1, $2)")?;
-                    let finish =
-                        w.prepare("SELECT job, tenant FROM noisylab_finish($1, $2, $3, NULL)")?;
+                    let statement = w.prepare(pg::worker::STEPS)?;
                     ready.wait();
                     let mut woken = false;
                     loop {
-                        let mut next = w.query_one(&take, &[&me, &woken])?;
-                        while let (Some(job), Some(t)) =
-                            (next.get::<_, Option<i64>>(0), next.get::<_, Option<i32>>(1))
-                        {
-                            started.lock().unwrap().push((job as u32, Instant::now()));
-                            next = w.query_one(&finish, &[&me, &job, &t])?;
+                        let take = Step {
+                            me,
+                            woken,
+                            finish: None,
+                        };
+                        let mut next = send_step(steps, &mut w, &statement, take)?;
+                        while let Some(job) = next {
+                            started.lock().unwrap().push((job.id, Instant::now()));
+                            let finish = Step {
+                                me,
+                                woken: false,
+                                finish: Some(job),
+                            };
+                            next = send_step(steps, &mut w, &statement, finish)?;
                         }
                         w.notifications().blocking_iter().next()?;
                         if stop.load(Ordering::SeqCst) {
@@ -418,24 +425,23 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates
     let steps = pg::worker::Steps::new(pg::worker::LANES);
     let together = parallel(url, |me, w| {
         let statement = w.prepare(pg::worker::STEPS)?;
-        let mut send = |step: Step| {
-            steps.call(step, |calls| {
-                let arrays = pg::worker::StepArrays::of(&calls);
-                let rows = w.query(&statement, &arrays.params())?;
-                pg::worker::step_answers(&calls, &rows)
-            })
-        };
-        let mut next = send(Step {
-            me,
-            woken: false,
-            finish: None,
-        })?;
+        let mut next = send_step(
+            &steps,
+            w,
+            &statement,
+            Step {
+                me,
+                woken: false,
+                finish: None,
+            },
+        )?;
         while let Some(job) = next {
-            next = send(Step {
+            let finish = Step {
                 me,
                 woken: false,
                 finish: Some(job),
-            })?;
+            };
+            next = send_step(&steps, w, &statement, finish)?;
         }
         Ok(())
     })?;
@@ -448,6 +454,22 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates
         drain: rate(drain),
         together: rate(together),
         steps_a_call: calls as f64 / sends.max(1) as f64,
+    })
+}
+
+/// `step`'s next job, sent as the lab's workers send theirs: together with
+/// the steps the process's other threads make meanwhile (`statement` is
+/// [`pg::worker::STEPS`] prepared on `w`).
+fn send_step(
+    steps: &pg::worker::Steps,
+    w: &mut Client,
+    statement: &postgres::Statement,
+    step: Step,
+) -> Result<Option<noisylab::backend::worker::Job>> {
+    steps.call(step, |calls| {
+        let arrays = pg::worker::StepArrays::of(&calls);
+        let rows = w.query(statement, &arrays.params())?;
+        pg::worker::step_answers(&calls, &rows)
     })
 }
 
