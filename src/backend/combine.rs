@@ -88,8 +88,8 @@ impl<Q, R> Combiner<Q, R> {
 
     /// `call`'s answer: sent with the calls waiting, through `send` (this
     /// thread's connection) when fewer than `lanes` batches are on their
-    /// way, else in a batch after one of them is back. `send` gets the calls in the order
-    /// they came and answers each, in that order.
+    /// way, else in a batch after one of them is back. `send` gets the
+    /// calls in the order they came and answers each, in that order.
     pub fn call(&self, call: Q, send: impl FnOnce(Vec<Q>) -> Result<Vec<R>>) -> Result<R> {
         let mut board = self.lock();
         let ticket = board.next_ticket;

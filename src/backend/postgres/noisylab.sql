@@ -19,9 +19,9 @@
 -- submitter calls SELECT * FROM noisylab_submit(job, tenant, cost), or for
 -- the jobs due at one instant SELECT * FROM noisylab_submit_many(jobs,
 -- tenants, costs): one call, one transaction (submit.sql). A process of
--- many workers may send their takes and finishes together, one call
--- (noisylab_steps) while another is on its way (worker.sql, after this
--- file, then submit.sql).
+-- many workers may send their takes and finishes together, in one call
+-- (noisylab_steps) while others of theirs are on their way (worker.sql,
+-- after this file, then submit.sql).
 --
 -- Tables. Jobs are numbers growing with their arrival, tenants numbers.
 --   cfg     one row: queue = fifo | fair | vtc | halt, cap, qlimit, reserve
