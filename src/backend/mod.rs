@@ -17,8 +17,8 @@
 //! - [`clients`]: a run's clients as the coordinator plays them: arrivals,
 //!   retries and give-ups;
 //! - [`worker`]: the worker processes' loop, the same on every server;
-//!   [`combine`]: their threads' calls sent together while one is on its
-//!   way (PostgreSQL's workers);
+//!   [`combine`]: their threads' calls sent together while others are on
+//!   their way (PostgreSQL's workers);
 //! - [`faults`]: a scenario's `[[fault]]` as timed actions on the worker
 //!   processes and the server;
 //! - [`process`]: starting servers and workers as child processes;

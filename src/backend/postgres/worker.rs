@@ -80,16 +80,13 @@ pub struct StepArrays {
 
 impl StepArrays {
     pub fn of(steps: &[Step]) -> StepArrays {
-        let on = |f: fn(Job) -> Option<i64>| steps.iter().map(|s| s.finish.and_then(f)).collect();
+        let finished = || steps.iter().map(|s| s.finish);
         StepArrays {
             me: steps.iter().map(|s| s.me).collect(),
             woken: steps.iter().map(|s| s.woken).collect(),
-            job: on(|j| Some(i64::from(j.id))),
-            tenant: steps
-                .iter()
-                .map(|s| s.finish.map(|j| j.queue as i32))
-                .collect(),
-            lease: on(|j| Some(j.lease as i64)),
+            job: finished().map(|j| j.map(|j| i64::from(j.id))).collect(),
+            tenant: finished().map(|j| j.map(|j| j.queue as i32)).collect(),
+            lease: finished().map(|j| j.map(|j| j.lease as i64)).collect(),
         }
     }
 
@@ -126,7 +123,7 @@ pub fn step_answers(steps: &[Step], rows: &[postgres::Row]) -> Result<Vec<Option
 }
 
 /// The job in `row`'s columns from `at` (job, tenant, lease), if any.
-fn job_of(row: &postgres::Row, at: usize) -> Option<Job> {
+pub fn job_of(row: &postgres::Row, at: usize) -> Option<Job> {
     let job: Option<i64> = row.get(at);
     let tenant: Option<i32> = row.get(at + 1);
     let lease: Option<i64> = row.get(at + 2);

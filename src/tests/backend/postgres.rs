@@ -406,12 +406,16 @@ fn a_slow_link_holds_its_process_s_jobs_longer_and_loses_nothing_on_postgres() {
 /// workers hearing on `name_N`.
 fn fair_queue(url: &str, name: &str) -> postgres::Client {
     let mut c = schema(url, name);
-    let (weights, durations): (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
-    c.execute(
-        "SELECT noisylab_setup('fair', -1, -1, -1, $1, $2, $3)",
-        &[&format!("{name}_"), &weights, &durations],
-    )
-    .unwrap();
+    let fair = Discipline {
+        queue: Queue::Fair,
+        cap: None,
+        limit: None,
+        reserve: None,
+        weights: Vec::new(),
+        costs: Vec::new(),
+        keys: false,
+    };
+    setup(&mut c, &fair, &format!("{name}_"));
     c
 }
 

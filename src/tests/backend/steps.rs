@@ -2,7 +2,7 @@
 //! (`noisylab_steps`, as a worker process's threads send theirs) answer
 //! each worker, and leave the queue, as the same calls sent one by one.
 
-use noisylab::backend::postgres::worker::{STEPS, Step, StepArrays, step_answers};
+use noisylab::backend::postgres::worker::{STEPS, Step, StepArrays, job_of, step_answers};
 use noisylab::backend::worker::Job;
 use proptest::prelude::*;
 
@@ -80,13 +80,7 @@ impl Queue {
                     ),
                 }
                 .unwrap();
-                let (job, tenant, lease): (Option<i64>, Option<i32>, Option<i64>) =
-                    (row.get(0), row.get(1), row.get(2));
-                Some(Job {
-                    id: job? as u32,
-                    queue: tenant? as u32,
-                    lease: lease? as u64,
-                })
+                job_of(&row, 0)
             })
             .collect()
     }
