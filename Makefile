@@ -53,9 +53,11 @@ test:
 # queued jobs (skipped in one line without redis-server); then the SQL
 # functions' take time by jobs queued, to a million, their throughput
 # beside pgbench and a 2,000-job burst's entry (skipped in one line without
-# PostgreSQL). On each server, BullMQ and graphile-worker beside the fair
-# queue (add, drain, pickup on an idle pool), written to reports/bench/
-# (skipped in one line without Node.js).
+# PostgreSQL). On each server first its bare round trip, back to back and
+# after 100 ms asleep (as a worker's call after its job); then BullMQ and
+# graphile-worker beside the fair queue (add, drain, pickup on an idle pool),
+# written to reports/bench/ (skipped in one line without Node.js); last the
+# PostgreSQL drain again, ours and graphile-worker's, with fsync off.
 bench: build peers
 	$(CARGO) bench --locked --bench sched
 	$(CARGO) bench --locked --bench queue

@@ -13,16 +13,19 @@
 //!   latencystats`, Redis 7), and the memory each queued job takes (the
 //!   lab's stamp log left out).
 //!
-//! - For scale, a bare PING's round trip.
+//! - For scale, a bare PING's round trip, back to back and after a job's
+//!   hold asleep: the floor under a worker's call.
 //!
 //! Without `redis-server` on PATH it prints one line and exits 0.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use noisylab::backend::peers;
 use noisylab::backend::redis::server::{self, OwnedServer};
 use noisylab::backend::redis::{self as rb, worker};
+use noisylab::stats::{JOB_HOLD, time_calls};
+use noisylab::units;
 use redis::{Client, Connection, cmd};
 
 const THREADS: u32 = 20;
@@ -41,6 +44,8 @@ struct Size {
     timed: u32,
     /// Jobs timed from submit to start on an idle pool.
     pickups: u32,
+    /// Calls timed after a job's hold asleep.
+    idle_calls: u32,
     /// Whether to write the table beside the peer (reports/bench/).
     report: bool,
 }
@@ -50,6 +55,7 @@ const FULL: Size = Size {
     scale: [(100, 10), (100_000, 10)],
     timed: 10_000,
     pickups: 200,
+    idle_calls: 100,
     report: true,
 };
 const CHECK: Size = Size {
@@ -57,6 +63,7 @@ const CHECK: Size = Size {
     scale: [(10, 10), (100, 10)],
     timed: 100,
     pickups: 20,
+    idle_calls: 2,
     report: false,
 };
 
@@ -90,20 +97,7 @@ fn run(size: &Size) -> Result<()> {
         "bench queue: Redis {version} on {}",
         noisylab::machine::Machine::this().describe()
     );
-    let mut ping: Vec<u128> = (0..10_000)
-        .map(|_| {
-            let sent = Instant::now();
-            cmd("PING")
-                .query::<String>(&mut con)
-                .map(|_| sent.elapsed().as_nanos())
-        })
-        .collect::<Result<_, _>>()?;
-    ping.sort_unstable();
-    println!(
-        "  a bare PING's round trip: p50 {:.1} µs, p99 {:.1} µs (10,000, one client)",
-        ping[5_000] as f64 / 1e3,
-        ping[9_900] as f64 / 1e3
-    );
+    let floor = floor(&mut con, size)?;
     let client = Client::open(server.url.as_str())?;
     println!(
         "\nThroughput, job_ms = 0, {THREADS} submitters then {THREADS} workers, {} jobs of {TENANTS} tenants:",
@@ -147,7 +141,15 @@ fn run(size: &Size) -> Result<()> {
     let setting = format!(
         "Redis {version}, a server of the bench's own on loopback, persistence off (no RDB, no AOF) for both"
     );
-    beside_bullmq(&server.url, &client, &mut con, size, fair_tp, &setting)?;
+    beside_bullmq(
+        &server.url,
+        &client,
+        &mut con,
+        size,
+        fair_tp,
+        &setting,
+        &floor,
+    )?;
     println!(
         "\nScale: the server's time per finish-and-take call (INFO latencystats, {} calls), memory per queued job:",
         size.timed
@@ -158,6 +160,32 @@ fn run(size: &Size) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The floor under a worker's call, printed: a bare PING's round trip back
+/// to back and after a job's hold asleep (a worker's call after its job);
+/// the sentence the report carries under its table.
+fn floor(con: &mut Connection, size: &Size) -> Result<String> {
+    let mut ping = || -> Result<()> {
+        cmd("PING").query::<String>(con)?;
+        Ok(())
+    };
+    let busy = time_calls(10_000, Duration::ZERO, &mut ping)?;
+    let idle = time_calls(size.idle_calls, JOB_HOLD, &mut ping)?;
+    let hold = JOB_HOLD.as_millis();
+    println!(
+        "  a bare PING's round trip: p50 {:.1} µs, p99 {:.1} µs (10,000, one client); after {hold} ms \
+         asleep, as a worker's call after a job's hold: p50 {:.1} µs, p99 {:.1} µs ({})",
+        busy.p50, busy.p99, idle.p50, idle.p99, size.idle_calls
+    );
+    let ms = |us: f64| units::ms(us / 1e3);
+    Ok(format!(
+        "The same server's floor: a bare PING's round trip is {} at p50 back to back and {} (p99 {}) \
+         after {hold} ms asleep, as a worker's call comes after its job's hold.",
+        ms(busy.p50),
+        ms(idle.p50),
+        ms(idle.p99)
+    ))
 }
 
 /// A queue of `queue` under `p`, no cap, no limit, no lending; its takes
@@ -336,6 +364,7 @@ fn beside_bullmq(
     size: &Size,
     fair_tp: (f64, f64),
     setting: &str,
+    floor: &str,
 ) -> Result<()> {
     let (p50, p99) = pickup(client, con, size.pickups)?;
     println!(
@@ -366,7 +395,7 @@ fn beside_bullmq(
             b.peer,
             size.jobs.min(20_000)
         );
-        let path = peers::write_table("redis", &setting, &ours, &b)?;
+        let path = peers::write_table("redis", &setting, &ours, &b, floor)?;
         println!("  written to {}", path.display());
     }
     cmd("FLUSHALL").query::<()>(con)?;

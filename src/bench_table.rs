@@ -19,18 +19,26 @@
 //!   statement as in the lab; beside `pgbench`'s simple-update
 //!   rate (`-N`, 20 clients) and its tpcb-like rate at scale 1 (every
 //!   transaction updating one row: the floor of one lock held through a
-//!   commit) on the same cluster, in the same run.
+//!   commit) on the same cluster, in the same run. Every take is leased
+//!   for a minute, as a lab's are.
+//! - The floor under a worker's call: a bare `SELECT 1` and a one-row
+//!   `UPDATE` with its commit flushed, back to back and after a job's hold
+//!   asleep.
+//! - Pickup on an idle pool and graphile-worker beside the fair queue;
+//!   then the fair drain and graphile-worker's again on a cluster with
+//!   `fsync` off.
 //!
 //! Without PostgreSQL's binaries it prints one line and exits 0.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use noisylab::backend::peers;
 use noisylab::backend::postgres::server::{self, OwnedCluster};
 use noisylab::backend::postgres::worker::Step;
 use noisylab::backend::postgres::{self as pg};
-use noisylab::stats::{new_histogram, percentiles, record};
+use noisylab::stats::{JOB_HOLD, new_histogram, percentiles, record, time_calls};
+use noisylab::units;
 use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 
@@ -49,6 +57,8 @@ struct Size {
     burst: i64,
     /// Jobs timed from submit to start on an idle pool.
     pickups: u32,
+    /// Calls timed after a job's hold asleep.
+    idle_calls: u32,
     /// Whether to write the table beside the peer (reports/bench/).
     report: bool,
 }
@@ -61,6 +71,7 @@ const FULL: Size = Size {
     pgbench_s: 10,
     burst: 2_000,
     pickups: 200,
+    idle_calls: 100,
     report: true,
 };
 const CHECK: Size = Size {
@@ -71,6 +82,7 @@ const CHECK: Size = Size {
     pgbench_s: 1,
     burst: 200,
     pickups: 20,
+    idle_calls: 2,
     report: false,
 };
 
@@ -96,11 +108,7 @@ fn run(size: &Size) -> Result<()> {
     pg::make_schema(&mut c, "bench")?;
     let version: String = c.query_one("SHOW server_version", &[])?.get(0);
     println!("PostgreSQL {version}, a cluster of the bench's own (fsync on), loopback");
-    let ping = time_each(size.timed, || {
-        c.query_one("SELECT 1", &[])?;
-        Ok(())
-    })?;
-    println!("  round trip of SELECT 1: p50 {:.1} µs", ping.p50);
+    let floor = floor(&mut c, size)?;
     println!("\nA take's time (client-timed, one transaction), by jobs queued:");
     println!(
         "  {:>10} {:>8}  {:>22} {:>22} {:>22} {:>22}  {:>12}",
@@ -127,7 +135,7 @@ fn run(size: &Size) -> Result<()> {
             let p = percentiles(&p, 1e3);
             line += &format!(" {:>10.0} / {:>7.0} µs", p.p50, p.p99);
         }
-        let w = time_each(size.window_timed, || {
+        let w = time_calls(size.window_timed, Duration::ZERO, || {
             c.query_one(
                 "SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY tenant ORDER BY id) AS rn \
                  FROM job WHERE state = 'q') r ORDER BY rn, id LIMIT 1",
@@ -169,7 +177,85 @@ fn run(size: &Size) -> Result<()> {
     let setting = format!(
         "PostgreSQL {version}, a cluster of the bench's own on loopback, fsync on, synchronous_commit on for both"
     );
-    beside_graphile(&cluster.url, &mut c, size, fair_tp, &setting)
+    beside_graphile(&cluster.url, &mut c, size, fair_tp, &setting, &floor)?;
+    drop(c);
+    drop(cluster);
+    without_fsync(size)
+}
+
+/// The fair drain again on a cluster of the bench's own with `fsync` off
+/// (a lab's `[backend] fsync = false`), beside graphile-worker on the
+/// same: what the write-ahead log's flush, paid inside the queue's lock,
+/// costs the drain.
+fn without_fsync(size: &Size) -> Result<()> {
+    let cluster = OwnedCluster::start(false)?;
+    let mut c = pg::connect(&cluster.url)?;
+    pg::make_schema(&mut c, "bench")?;
+    let r = throughput(&cluster.url, &mut c, "fair", size.jobs)?;
+    println!(
+        "\nWith fsync off (a crash of the machine may then lose jobs either queue \
+         acknowledged), the same drain: fair, one call each {:.0}, sent together {:.0} ({:.1} \
+         steps a call)",
+        r.drain, r.together, r.steps_a_call
+    );
+    match peers::missing() {
+        Some(why) => println!("  graphile-worker beside it: skipped: {why}"),
+        None => {
+            let g = peers::measure("graphile-worker", &cluster.url, size.jobs as u32, 1)?;
+            println!(
+                "  {} on the same cluster: drain {:.0}/s; ours sent together ÷ its: ×{:.2}",
+                g.peer,
+                g.drain_per_s,
+                r.together / g.drain_per_s
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The floor under a worker's call, printed: a bare `SELECT 1` and a
+/// one-row `UPDATE` with its durable commit, back to back and after a
+/// job's hold asleep (a worker's call after its job); the sentence the
+/// report carries under its table.
+fn floor(c: &mut Client, size: &Size) -> Result<String> {
+    c.batch_execute("CREATE TABLE probe (n bigint NOT NULL); INSERT INTO probe VALUES (0)")?;
+    let idle = JOB_HOLD.as_millis();
+    println!(
+        "  round trips, p50 / p99 µs, back to back ({}) and after {idle} ms asleep, as a worker's \
+         call after a job's hold ({}):",
+        size.timed, size.idle_calls
+    );
+    let ms = |us: f64| units::ms(us / 1e3);
+    let mut after = Vec::new();
+    for (what, sql) in [
+        ("SELECT 1", "SELECT 1"),
+        (
+            "a one-row UPDATE with its commit flushed",
+            "UPDATE probe SET n = n + 1",
+        ),
+    ] {
+        let mut call = || -> Result<()> {
+            c.execute(sql, &[])?;
+            Ok(())
+        };
+        let busy = time_calls(size.timed, Duration::ZERO, &mut call)?;
+        let idle_p = time_calls(size.idle_calls, JOB_HOLD, &mut call)?;
+        println!(
+            "    {what:<38} {:>7.0} / {:>7.0}   {:>7.0} / {:>7.0}",
+            busy.p50, busy.p99, idle_p.p50, idle_p.p99
+        );
+        after.push(format!(
+            "{what} takes {} at p50 back to back and {} (p99 {}) after {idle} ms asleep",
+            ms(busy.p50),
+            ms(idle_p.p50),
+            ms(idle_p.p99)
+        ));
+    }
+    c.batch_execute("DROP TABLE probe")?;
+    Ok(format!(
+        "The same cluster's floor, as a worker's call comes after its job's hold: {}.",
+        after.join("; ")
+    ))
 }
 
 /// Seconds for a burst of `n` jobs of one tenant, due at one instant, to
@@ -208,6 +294,7 @@ fn beside_graphile(
     size: &Size,
     fair_tp: Rates,
     setting: &str,
+    floor: &str,
 ) -> Result<()> {
     let (p50, p99) = pickup(url, c, size.pickups)?;
     println!(
@@ -236,16 +323,23 @@ fn beside_graphile(
              runner at concurrency {THREADS}, its defaults",
             size.jobs, g.peer, size.jobs
         );
-        let path = peers::write_table("postgres", &setting, &ours, &g)?;
+        let path = peers::write_table("postgres", &setting, &ours, &g, floor)?;
         println!("  written to {}", path.display());
     }
     Ok(())
 }
 
+/// Jobs through the pickup's workers before it times any, two a worker:
+/// a connection's first woken take costs more than the ones after it (a
+/// function's statements are planned on their first run in each
+/// connection) and would land in the tail, where graphile-worker's pickup
+/// runs on the runner its drain warmed.
+const WARM: u32 = 2 * THREADS as u32;
+
 /// Submit to start on an idle pool: `THREADS` workers that join, `LISTEN`
-/// and take as the lab's do; `n` jobs of the fair queue submitted 10 ms
-/// apart, each timed from just before its submit to its take's reply:
-/// (p50, p99) in ms.
+/// and take as the lab's do; [`WARM`] jobs untimed, then `n` jobs of the
+/// fair queue submitted 10 ms apart, each timed from just before its
+/// submit to its take's reply: (p50, p99) in ms.
 fn pickup(url: &str, c: &mut Client, n: u32) -> Result<(f64, f64)> {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -300,23 +394,36 @@ fn pickup(url: &str, c: &mut Client, n: u32) -> Result<(f64, f64)> {
             .collect();
         let submit = c.prepare("SELECT ok FROM noisylab_submit($1, $2, 1)")?;
         ready.wait();
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        for id in 0..n {
+        std::thread::sleep(Duration::from_millis(200));
+        let all_started = |k: u32| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while started.lock().unwrap().len() < k as usize && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        for id in 0..WARM + n {
+            if id == WARM {
+                all_started(WARM);
+            }
             sent.push(Instant::now());
             c.query_one(&submit, &[&i64::from(id), &((id % 21) as i32)])?;
-            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(10));
         }
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while started.lock().unwrap().len() < n as usize && Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        all_started(WARM + n);
         stop.store(true, Ordering::SeqCst);
         c.batch_execute("SELECT pg_notify('pk_' || me, 'stop') FROM worker")?;
         workers
             .into_iter()
             .try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("a worker panicked"))?)
     })?;
-    peers::waits_ms(&sent, &started.into_inner().unwrap())
+    let timed: Vec<(u32, Instant)> = started
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .filter(|&(id, _)| id >= WARM)
+        .map(|(id, at)| (id - WARM, at))
+        .collect();
+    peers::waits_ms(&sent[WARM as usize..], &timed)
 }
 
 /// A queue of `queue` (with `cap`, -1: none) holding `n` jobs of `tenants`
@@ -353,19 +460,6 @@ fn fill(c: &mut Client, queue: &str, cap: i32, n: i64, tenants: i64) -> Result<(
     Ok(())
 }
 
-fn time_each(
-    times: u32,
-    mut call: impl FnMut() -> Result<()>,
-) -> Result<noisylab::stats::Percentiles> {
-    let mut h = new_histogram();
-    for _ in 0..times {
-        let t = Instant::now();
-        call()?;
-        record(&mut h, t.elapsed().as_nanos() as u64);
-    }
-    Ok(percentiles(&h, 1e3))
-}
-
 /// Rates (jobs a second) of `jobs` jobs of 21 tenants.
 struct Rates {
     /// Submitted by 20 threads, one call each.
@@ -385,11 +479,14 @@ struct Rates {
 /// workers and coordinator make them.
 fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates> {
     let none: (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+    // Its takes leased for a minute, as a lab's are (and as graphile-worker
+    // locks each job it takes until a timeout).
     let setup = |c: &mut Client| {
         c.execute(
             "SELECT noisylab_setup($1, -1, -1, -1, 'bench_', $2, $3)",
             &[&queue, &none.0, &none.1],
-        )
+        )?;
+        c.execute("SELECT noisylab_lease(60000000)", &[])
     };
     setup(c)?;
     // Numbered by the server, under its lock: submits from many clients.
@@ -410,12 +507,17 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates
     pg::submit_many(c, &many, &ids, &tenants, &vec![None; ids.len()])?;
     let add = t0.elapsed().as_secs_f64();
     let drain = parallel(url, |me, w| {
-        let finish = w.prepare("SELECT job, tenant FROM noisylab_finish($1, $2, $3, NULL)")?;
-        let mut next = w.query_one("SELECT job, tenant FROM noisylab_take($1, false)", &[&me])?;
-        while let (Some(job), Some(t)) =
-            (next.get::<_, Option<i64>>(0), next.get::<_, Option<i32>>(1))
-        {
-            next = w.query_one(&finish, &[&me, &job, &t])?;
+        let finish = w.prepare("SELECT job, tenant, lease FROM noisylab_finish($1, $2, $3, $4)")?;
+        let mut next = w.query_one(
+            "SELECT job, tenant, lease FROM noisylab_take($1, false)",
+            &[&me],
+        )?;
+        while let (Some(job), Some(t), lease) = (
+            next.get::<_, Option<i64>>(0),
+            next.get::<_, Option<i32>>(1),
+            next.get::<_, Option<i64>>(2),
+        ) {
+            next = w.query_one(&finish, &[&me, &job, &t, &lease])?;
         }
         Ok(())
     })?;

@@ -7,6 +7,7 @@ use base64::Engine as _;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,6 +37,32 @@ pub fn new_histogram() -> Histogram<u64> {
 pub fn record(h: &mut Histogram<u64>, value: u64) {
     h.record(value)
         .expect("an auto-resizing histogram takes any u64");
+}
+
+/// How long a worker of the article lab is idle between its calls: one
+/// job's hold.
+pub const JOB_HOLD: Duration = Duration::from_millis(100);
+
+/// Percentiles, in microseconds, of `times` calls of `call`, each timed
+/// alone, each after `idle` asleep (zero: back to back). A call after a
+/// job's hold ([`JOB_HOLD`]) is what a worker's finish pays: the server's
+/// process and the worker's own thread may both have gone to sleep, and on
+/// a virtual machine each wake costs far more than the call itself.
+pub fn time_calls(
+    times: u32,
+    idle: Duration,
+    mut call: impl FnMut() -> Result<()>,
+) -> Result<Percentiles> {
+    let mut h = new_histogram();
+    for _ in 0..times {
+        if !idle.is_zero() {
+            std::thread::sleep(idle);
+        }
+        let t = Instant::now();
+        call()?;
+        record(&mut h, t.elapsed().as_nanos() as u64);
+    }
+    Ok(percentiles(&h, 1e3))
 }
 
 /// p50, p95, p99 and max of a histogram of nanoseconds, divided by `per_unit`.
@@ -93,4 +120,35 @@ pub fn decode_histogram(text: &str) -> Result<Histogram<u64>> {
 /// Index of the nearest-rank quantile `q` of `n` sorted values.
 pub fn nearest_rank(n: usize, q: f64) -> usize {
     ((q * n as f64).ceil() as usize).clamp(1, n) - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_calls_times_each_call_alone_not_its_idle_spell() {
+        let mut calls = 0;
+        let p = time_calls(3, Duration::from_millis(40), || {
+            calls += 1;
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(calls, 3);
+        // Each call slept 1 ms (at least 1,000 µs); the 40 ms before each
+        // is not in its time.
+        assert!(p.p50 >= 1_000.0 && p.max < 40_000.0, "{p:?}");
+    }
+
+    #[test]
+    fn a_failed_call_ends_the_timing_with_its_error() {
+        let mut calls = 0;
+        let err = time_calls(5, Duration::ZERO, || {
+            calls += 1;
+            anyhow::bail!("refused")
+        })
+        .unwrap_err();
+        assert_eq!((calls, err.to_string()), (1, "refused".to_string()));
+    }
 }

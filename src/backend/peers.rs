@@ -88,13 +88,15 @@ pub fn waits_ms(sent: &[Instant], started: &[(u32, Instant)]) -> Result<(f64, f6
 
 /// Write `reports/bench/NAME.md` (under this checkout): the table of
 /// noisylab's `ours` beside `peer`, measured in one run on one server
-/// (`setting`: the server, its version and durability), for `make bench`
-/// to regenerate and the docs to link.
+/// (`setting`: the server, its version and durability), then `floor`
+/// (the server's bare round trips), for `make bench` to regenerate and the
+/// docs to link.
 pub fn write_table(
     name: &str,
     setting: &str,
     ours: &PeerFigures,
     peer: &PeerFigures,
+    floor: &str,
 ) -> Result<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
@@ -142,6 +144,7 @@ pub fn write_table(
             a / b
         );
     }
+    text += &format!("\n{floor}\n");
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
