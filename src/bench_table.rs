@@ -19,14 +19,15 @@
 //!   statement as in the lab; beside `pgbench`'s simple-update
 //!   rate (`-N`, 20 clients) and its tpcb-like rate at scale 1 (every
 //!   transaction updating one row: the floor of one lock held through a
-//!   commit) on the same cluster, in the same run. Every take is leased
-//!   for a minute, as a lab's are.
+//!   commit) on the same cluster, in the same run.
 //! - The floor under a worker's call: a bare `SELECT 1` and a one-row
 //!   `UPDATE` with its commit flushed, back to back and after a job's hold
 //!   asleep.
 //! - Pickup on an idle pool and graphile-worker beside the fair queue;
 //!   then the fair drain and graphile-worker's again on a cluster with
 //!   `fsync` off.
+//!
+//! Every take but the curve's is leased for a minute, as a lab's are.
 //!
 //! Without PostgreSQL's binaries it prints one line and exits 0.
 
@@ -348,6 +349,7 @@ fn pickup(url: &str, c: &mut Client, n: u32) -> Result<(f64, f64)> {
         "SELECT noisylab_setup('fair', -1, -1, -1, 'pk_', $1, $2)",
         &[&none.0, &none.1],
     )?;
+    c.execute("SELECT noisylab_lease(60000000)", &[])?;
     c.batch_execute("TRUNCATE worker")?;
     let started = Mutex::new(Vec::new());
     let steps = &pg::worker::Steps::new(pg::worker::LANES);
