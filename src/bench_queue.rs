@@ -389,8 +389,8 @@ fn beside_bullmq(
     if size.report {
         let setting = format!(
             "{setting}; noisylab: {} jobs submitted by {THREADS} threads one call each, then drained by \
-             {THREADS} worker threads; {}: {} jobs in one addBulk, then drained by one Worker at \
-             concurrency {THREADS}, its defaults",
+             {THREADS} worker threads, every take leased for a minute as a lab's are; {}: {} jobs in \
+             one addBulk, then drained by one Worker at concurrency {THREADS}, its defaults",
             size.jobs,
             b.peer,
             size.jobs.min(20_000)

@@ -320,8 +320,9 @@ fn beside_graphile(
         let setting = format!(
             "{setting}; noisylab: {} jobs in one noisylab_submit_many call, then drained by {THREADS} \
              worker threads of one process, their calls sent together as the lab's workers send \
-             theirs (noisylab_steps, prepared); {}: {} jobs in one addJobs, then drained by one \
-             runner at concurrency {THREADS}, its defaults",
+             theirs (noisylab_steps, prepared), every take leased for a minute as a lab's are; {}: \
+             {} jobs in one addJobs, then drained by one runner at concurrency {THREADS}, its \
+             defaults",
             size.jobs, g.peer, size.jobs
         );
         let path = peers::write_table("postgres", &setting, &ours, &g, floor)?;
