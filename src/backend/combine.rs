@@ -5,9 +5,10 @@
 //! A call made while fewer are on their way goes at once; under load, a
 //! server that runs its calls one at a time (PostgreSQL's queue lock, held
 //! through each commit) pays one lock, one round trip and one commit for
-//! many. Two lanes keep such a server busy: one call waits on its lock
-//! while the other runs, so it does not sit idle for a round trip between
-//! them.
+//! many. More lanes let a call go while another is on its way, which
+//! serves a server that runs calls side by side; to one that runs them one
+//! at a time, a second lane sends calls that only wait on its lock, and
+//! smaller batches.
 //!
 //! A batch's calls go in the order they came, and the server answers each
 //! as if it had come alone, in that order: what each thread gets is what it

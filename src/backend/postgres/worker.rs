@@ -14,9 +14,9 @@
 //!
 //! The threads of a process send their takes and finishes together
 //! ([`Combiner`], [`LANES`]): one `noisylab_steps` call carries the calls
-//! made while two of theirs were on their way, so under load the queue's
-//! lock and a commit are paid once for many (a call made while fewer are on
-//! their way goes at once).
+//! made while another of theirs was on its way, so under load the queue's
+//! lock and a commit are paid once for many (a call made while none is on
+//! its way goes at once).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -59,11 +59,13 @@ pub struct Step {
 /// worker's next job.
 pub type Steps = Combiner<Step, Option<Job>>;
 
-/// A process's calls on their way at once: two, so that one waits on the
-/// queue's lock while the other holds it (the server does not sit idle for
-/// a round trip between them), and a thread that finishes beside one other
-/// does not wait for it (see [`Combiner`]).
-pub const LANES: usize = 2;
+/// A process's calls on their way at once: one. The server runs the
+/// queue's calls one at a time, so a second call on its way would only
+/// wait on the lock, and would take half the steps the first would have
+/// carried: in `make bench`'s drain (20 threads, no-op jobs) one lane
+/// carried 10.4 steps a call where two carried 6.9, and drained more jobs
+/// a second in each of the runs that compared them (docs/backends.md).
+pub const LANES: usize = 1;
 
 /// The call that sends steps together, each a worker's take or finish:
 /// one row a step, in their order (the worker, then job, tenant, lease).
