@@ -104,7 +104,7 @@ fn main() {
 }
 
 fn run(size: &Size) -> Result<()> {
-    let cluster = OwnedCluster::start(true)?;
+    let cluster = OwnedCluster::start(server::Durability::FULL)?;
     let mut c = pg::connect(&cluster.url)?;
     pg::make_schema(&mut c, "bench")?;
     let version: String = c.query_one("SHOW server_version", &[])?.get(0);
@@ -189,7 +189,7 @@ fn run(size: &Size) -> Result<()> {
 /// same: what the write-ahead log's flush, paid inside the queue's lock,
 /// costs the drain.
 fn without_fsync(size: &Size) -> Result<()> {
-    let cluster = OwnedCluster::start(false)?;
+    let cluster = OwnedCluster::start(server::Durability::NO_FSYNC)?;
     let mut c = pg::connect(&cluster.url)?;
     pg::make_schema(&mut c, "bench")?;
     let r = throughput(&cluster.url, &mut c, "fair", size.jobs)?;

@@ -185,6 +185,9 @@ pub struct ServerPlan {
     pub worker_exe: Option<std::path::PathBuf>,
     /// PostgreSQL of the lab's own: `fsync` on (the default) or off.
     pub fsync: bool,
+    /// PostgreSQL of the lab's own: `synchronous_commit` on (the default)
+    /// or off.
+    pub synchronous_commit: bool,
     /// Redis of the lab's own: an append-only file, to be restarted from
     /// (a scenario with a `restart_server` fault).
     pub persist: bool,

@@ -333,6 +333,7 @@ fn parse_backend(text: &str) -> Result<QueueBackend, String> {
         processes: None,
         worker_exe: None,
         fsync: true,
+        synchronous_commit: true,
         persist: false,
         unlogged: false,
     }))
@@ -388,10 +389,20 @@ impl RunOpts {
             (QueueBackend::Server(r), processes) => {
                 r.processes = processes;
                 r.fsync = in_scenario.and_then(|s| s.fsync).unwrap_or(true);
+                r.synchronous_commit = in_scenario
+                    .and_then(|s| s.synchronous_commit)
+                    .unwrap_or(true);
                 let restarts = scenario
                     .fault
                     .iter()
                     .any(|f| f.kind == crate::scenario::FaultKind::RestartServer);
+                if restarts && !r.synchronous_commit {
+                    anyhow::bail!(
+                        "backend.synchronous_commit = false, but a restart_server fault checks \
+                         that the server keeps every job it acknowledged, which a crash may lose \
+                         without it: drop one of them"
+                    );
+                }
                 let append_only = in_scenario.and_then(|s| s.append_only);
                 if restarts && append_only == Some(false) {
                     anyhow::bail!(

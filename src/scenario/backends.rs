@@ -189,7 +189,7 @@ pub const POSTGRES: Declared = Declared {
     url_form: Some("postgres://USER@HOST:PORT/DB"),
     own: "a PostgreSQL cluster the lab makes, starts and stops",
     yours: "an existing database; the lab's schema is dropped at the end",
-    own_options: &["fsync"],
+    own_options: &["fsync", "synchronous_commit"],
     server: true,
     carries: &[
         Capability::Discipline,

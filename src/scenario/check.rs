@@ -513,7 +513,11 @@ fn check_backend(b: &BackendSpec) -> Result<(), Failure> {
             format!("goes with a queue server (url = {} or a URL)", servers()),
         );
     }
-    for (option, set) in [("fsync", b.fsync), ("append_only", b.append_only)] {
+    for (option, set) in [
+        ("fsync", b.fsync),
+        ("synchronous_commit", b.synchronous_commit),
+        ("append_only", b.append_only),
+    ] {
         if set.is_none() || (url.is_none() && declared.own_options.contains(&option)) {
             continue;
         }

@@ -105,6 +105,11 @@ pub struct BackendSpec {
     /// A PostgreSQL cluster of the lab's own: its `fsync` (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fsync: Option<bool>,
+    /// A PostgreSQL cluster of the lab's own: its `synchronous_commit`
+    /// (default true; off, a commit replies before its record is flushed,
+    /// so a crash of the server may lose the last jobs it acknowledged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronous_commit: Option<bool>,
     /// A Redis server of the lab's own: keep an append-only file
     /// (`appendfsync always`), to measure what it costs; on by itself
     /// where a fault restarts the server (default false).

@@ -777,6 +777,7 @@ fn server_plan(server: ServerKind, target: Target, processes: Option<u32>) -> Se
         processes,
         worker_exe: Some(PathBuf::from(NOISYLAB)),
         fsync: true,
+        synchronous_commit: true,
         persist: false,
         unlogged: false,
     }

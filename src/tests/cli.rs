@@ -107,22 +107,36 @@ fn a_bad_fault_or_one_the_backend_cannot_inject_gets_one_line() {
             ),
         );
     }
-    // A server restarted from its append-only file cannot go without one.
-    let text = std::fs::read_to_string("lab/smoke.toml").unwrap()
-        + "\n[backend]\nurl = \"redis\"\nappend_only = false\n";
+    // A server restarted from its append-only file cannot go without one;
+    // a restart checks that the server kept every job it acknowledged,
+    // which commits that reply before their flush may not.
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("no-file.toml");
-    std::fs::write(&path, text).unwrap();
-    assert_bad_input(
-        &[
-            "run",
-            path.to_str().unwrap(),
-            "--fault",
-            "kind=restart_server,at_s=0.2",
-        ],
-        "backend.append_only = false, but a restart_server fault restarts the server from its \
-         append-only file",
-    );
+    for (backend, refused) in [
+        (
+            "url = \"redis\"\nappend_only = false",
+            "backend.append_only = false, but a restart_server fault restarts the server from \
+             its append-only file",
+        ),
+        (
+            "url = \"postgres\"\nsynchronous_commit = false",
+            "backend.synchronous_commit = false, but a restart_server fault checks that the \
+             server keeps every job it acknowledged",
+        ),
+    ] {
+        let text = std::fs::read_to_string("lab/smoke.toml").unwrap()
+            + &format!("\n[backend]\n{backend}\n");
+        let path = dir.path().join("restarted.toml");
+        std::fs::write(&path, text).unwrap();
+        assert_bad_input(
+            &[
+                "run",
+                path.to_str().unwrap(),
+                "--fault",
+                "kind=restart_server,at_s=0.2",
+            ],
+            refused,
+        );
+    }
     // What the SQL functions do not carry yet (the Redis functions do).
     assert_bad_input(
         &["run", "lab/sybil.toml", "--backend", "postgres"],

@@ -359,6 +359,7 @@ fn server(kind: ServerKind) -> Option<QueueBackend> {
         processes: None,
         worker_exe: Some(PathBuf::from(NOISYLAB)),
         fsync: false,
+        synchronous_commit: true,
         persist: false,
         unlogged: false,
     }))

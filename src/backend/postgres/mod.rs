@@ -39,7 +39,11 @@ pub type PgBackend = Coordinator<PgWire>;
 /// Start (or reach) the server, make the lab's schema, start the worker
 /// processes for a pool of `workers`, and wait until they have joined.
 pub fn start(plan: &ServerPlan, workers: u32, slowed: &[u32]) -> Result<PgBackend> {
-    let wire = PgWire::open(&plan.target, plan.fsync, plan.unlogged)?;
+    let durability = server::Durability {
+        fsync: plan.fsync,
+        synchronous_commit: plan.synchronous_commit,
+    };
+    let wire = PgWire::open(&plan.target, durability, plan.unlogged)?;
     Coordinator::start(wire, workers, plan, slowed)
 }
 
@@ -178,9 +182,9 @@ pub struct PgMark {
 }
 
 impl PgWire {
-    fn open(target: &Target, fsync: bool, unlogged: bool) -> Result<PgWire> {
+    fn open(target: &Target, durability: server::Durability, unlogged: bool) -> Result<PgWire> {
         let server = match target {
-            Target::Own => Some(OwnedCluster::start(fsync)?),
+            Target::Own => Some(OwnedCluster::start(durability)?),
             Target::Url(_) => None,
         };
         let url = match (&server, target) {
@@ -563,13 +567,18 @@ impl Lifecycle for PgWire {
     fn durability(&self) -> Option<String> {
         self.server.as_ref().map(|s| {
             format!(
-                "write-ahead log{}, fsync {}",
+                "write-ahead log{}, fsync {}{}",
                 if self.unlogged {
                     " (the job table unlogged)"
                 } else {
                     ""
                 },
-                if s.fsync() { "on" } else { "off" }
+                if s.fsync() { "on" } else { "off" },
+                if s.synchronous_commit() {
+                    ""
+                } else {
+                    ", synchronous_commit off"
+                }
             )
         })
     }

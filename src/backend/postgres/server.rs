@@ -100,9 +100,35 @@ fn command(exe: &Path, ids: Option<(u32, u32)>) -> Command {
     cmd
 }
 
+/// What a cluster of the lab's own writes to disk before a commit
+/// replies: both on by default; each off trades durability for speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Durability {
+    /// Sync the write-ahead log to disk (off: a crash of the machine may
+    /// lose or corrupt data).
+    pub fsync: bool,
+    /// A commit replies once its record is flushed (off: a crash of the
+    /// server may lose the last commits it acknowledged, never its
+    /// consistency).
+    pub synchronous_commit: bool,
+}
+
+impl Durability {
+    /// Both on, as PostgreSQL's defaults.
+    pub const FULL: Durability = Durability {
+        fsync: true,
+        synchronous_commit: true,
+    };
+    /// `fsync` off, commits still flushed before they reply.
+    pub const NO_FSYNC: Durability = Durability {
+        fsync: false,
+        synchronous_commit: true,
+    };
+}
+
 impl OwnedCluster {
-    /// `fsync`: the server's own setting (off trades durability for speed).
-    pub fn start(fsync: bool) -> Result<OwnedCluster> {
+    /// A new cluster with `durability`'s settings.
+    pub fn start(durability: Durability) -> Result<OwnedCluster> {
         let Some(bin) = binaries() else {
             bail!(NOT_INSTALLED);
         };
@@ -148,7 +174,12 @@ impl OwnedCluster {
         set(format!("port={port}"));
         set("listen_addresses=127.0.0.1".into());
         set(format!("unix_socket_directories={}", dir.display()));
-        set(format!("fsync={}", if fsync { "on" } else { "off" }));
+        let on = |b: bool| if b { "on" } else { "off" };
+        set(format!("fsync={}", on(durability.fsync)));
+        set(format!(
+            "synchronous_commit={}",
+            on(durability.synchronous_commit)
+        ));
         set("max_connections=300".into());
         // A queue's rows churn: vacuum its tables as they ask, not once a
         // minute (their own thresholds are in the schema).
@@ -228,6 +259,11 @@ impl OwnedCluster {
     /// Whether it syncs its write-ahead log to disk.
     pub fn fsync(&self) -> bool {
         self.args.iter().any(|a| a == "fsync=on")
+    }
+
+    /// Whether a commit replies only once its record is flushed.
+    pub fn synchronous_commit(&self) -> bool {
+        self.args.iter().any(|a| a == "synchronous_commit=on")
     }
 
     /// The server's process id (the postmaster).

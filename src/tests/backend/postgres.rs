@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use noisylab::backend::postgres::server::{self as pg_server, OwnedCluster};
+use noisylab::backend::postgres::server::{self as pg_server, Durability, OwnedCluster};
 use noisylab::backend::postgres::{self as pg, PgBackend};
 use noisylab::backend::wire::queue_name;
 use noisylab::backend::{ServerKind, ServerPlan, Target};
@@ -32,7 +32,7 @@ pub(super) fn cluster() -> Option<OwnedCluster> {
         eprintln!("skipped: {}", pg_server::NOT_INSTALLED);
         return None;
     }
-    Some(OwnedCluster::start(false).expect("a PostgreSQL cluster of the test's own"))
+    Some(OwnedCluster::start(Durability::NO_FSYNC).expect("a PostgreSQL cluster of the test's own"))
 }
 
 /// A connection on a schema of noisylab's functions.
@@ -310,17 +310,21 @@ fn faults_on_postgres_end_in_one_line() {
     let mut c = schema(&cluster.url, "taken");
     let err = pg::make_schema(&mut c, "taken").unwrap_err().to_string();
     assert!(err.contains("schema taken already exists"), "{err}");
-    // fsync is a setting of the lab's own cluster only.
+    // fsync and synchronous_commit are settings of the lab's own cluster
+    // only.
     let dir = tempfile::tempdir().unwrap();
-    let bad = std::fs::read_to_string("lab/smoke.toml").unwrap()
-        + &format!("\n[backend]\nurl = \"{}\"\nfsync = false\n", cluster.url);
-    std::fs::write(dir.path().join("bad.toml"), bad).unwrap();
-    let out = noisylab(&["run", "bad.toml", "-q"], dir.path());
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("backend.fsync: goes with a PostgreSQL server of the lab's own"),
-        "{out:?}"
-    );
+    for option in ["fsync", "synchronous_commit"] {
+        let bad = std::fs::read_to_string("lab/smoke.toml").unwrap()
+            + &format!("\n[backend]\nurl = \"{}\"\n{option} = false\n", cluster.url);
+        std::fs::write(dir.path().join("bad.toml"), bad).unwrap();
+        let out = noisylab(&["run", "bad.toml", "-q"], dir.path());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&format!(
+                "backend.{option}: goes with a PostgreSQL server of the lab's own"
+            )),
+            "{out:?}"
+        );
+    }
     // The server stops during a run: the run fails in one line naming the
     // backend; the workers and the lab stop.
     let s = Scenario::load(Path::new("lab/smoke.toml")).unwrap();
@@ -884,4 +888,40 @@ fn the_sql_functions_driven_as_workers_drive_them_hand_out_the_schedulers_jobs()
             seen: Vec::new(),
         },
     );
+}
+
+/// A cluster of the lab's own runs with the durability it was asked for,
+/// as the server itself reports it.
+#[test]
+fn a_cluster_of_the_lab_s_own_runs_with_the_durability_asked_for() {
+    let _turn = one_at_a_time();
+    let Some(gate) = cluster() else { return };
+    drop(gate); // only the check; each setting gets a cluster of its own
+    let on = |b: bool| if b { "on" } else { "off" };
+    for d in [
+        Durability::FULL,
+        Durability {
+            fsync: true,
+            synchronous_commit: false,
+        },
+    ] {
+        let c = OwnedCluster::start(d).unwrap();
+        let mut client = pg::connect(&c.url).unwrap();
+        let mut show = |setting: &str| -> String {
+            client
+                .query_one(&format!("SHOW {setting}"), &[])
+                .unwrap()
+                .get(0)
+        };
+        assert_eq!(show("fsync"), on(d.fsync), "{d:?}");
+        assert_eq!(
+            show("synchronous_commit"),
+            on(d.synchronous_commit),
+            "{d:?}"
+        );
+        assert_eq!(
+            (c.fsync(), c.synchronous_commit()),
+            (d.fsync, d.synchronous_commit)
+        );
+    }
 }
