@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::backend::QueueBackend;
+use crate::backend::{QueueBackend, ServerPlan};
 use crate::calibrate::CalibratePlan;
 use crate::engine::Timer;
 use crate::lab::{self, LabPlan};
@@ -388,29 +388,7 @@ impl RunOpts {
         match (&mut backend, processes) {
             (QueueBackend::Server(r), processes) => {
                 r.processes = processes;
-                r.fsync = in_scenario.and_then(|s| s.fsync).unwrap_or(true);
-                r.synchronous_commit = in_scenario
-                    .and_then(|s| s.synchronous_commit)
-                    .unwrap_or(true);
-                let restarts = scenario
-                    .fault
-                    .iter()
-                    .any(|f| f.kind == crate::scenario::FaultKind::RestartServer);
-                if restarts && !r.synchronous_commit {
-                    anyhow::bail!(
-                        "backend.synchronous_commit = false, but a restart_server fault checks \
-                         that the server keeps every job it acknowledged, which a crash may lose \
-                         without it: drop one of them"
-                    );
-                }
-                let append_only = in_scenario.and_then(|s| s.append_only);
-                if restarts && append_only == Some(false) {
-                    anyhow::bail!(
-                        "backend.append_only = false, but a restart_server fault restarts the \
-                         server from its append-only file: drop one of them"
-                    );
-                }
-                r.persist = restarts || append_only == Some(true);
+                durability(r, in_scenario, &scenario)?;
             }
             (QueueBackend::InProcess, Some(_)) => anyhow::bail!(
                 "--processes goes with a queue server (--backend redis or --backend postgres)"
@@ -445,6 +423,40 @@ impl RunOpts {
             quiet: self.quiet,
         })
     }
+}
+
+/// The server's durability as the scenario's `[backend]` asks (each
+/// setting on by default), checked against its faults: a restart needs
+/// an append-only file on Redis and flushed commits on PostgreSQL.
+fn durability(
+    r: &mut ServerPlan,
+    in_scenario: Option<&crate::scenario::BackendSpec>,
+    scenario: &Scenario,
+) -> Result<()> {
+    r.fsync = in_scenario.and_then(|s| s.fsync).unwrap_or(true);
+    r.synchronous_commit = in_scenario
+        .and_then(|s| s.synchronous_commit)
+        .unwrap_or(true);
+    let restarts = scenario
+        .fault
+        .iter()
+        .any(|f| f.kind == crate::scenario::FaultKind::RestartServer);
+    if restarts && !r.synchronous_commit {
+        anyhow::bail!(
+            "backend.synchronous_commit = false, but a restart_server fault checks that the \
+             server keeps every job it acknowledged, which a crash may lose without it: drop one \
+             of them"
+        );
+    }
+    let append_only = in_scenario.and_then(|s| s.append_only);
+    if restarts && append_only == Some(false) {
+        anyhow::bail!(
+            "backend.append_only = false, but a restart_server fault restarts the server from \
+             its append-only file: drop one of them"
+        );
+    }
+    r.persist = restarts || append_only == Some(true);
+    Ok(())
 }
 
 /// The file named, else `lab/article.toml`, else the built-in article lab
