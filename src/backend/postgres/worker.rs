@@ -61,10 +61,11 @@ pub type Steps = Combiner<Step, Option<Job>>;
 
 /// A process's calls on their way at once: one. The server runs the
 /// queue's calls one at a time, so a second call on its way would only
-/// wait on the lock, and would take half the steps the first would have
-/// carried: in `make bench`'s drain (20 threads, no-op jobs) one lane
-/// carried 10.4 steps a call where two carried 6.9, and drained more jobs
-/// a second in each of the runs that compared them (docs/backends.md).
+/// wait on the lock, and the two would split the steps one would carry:
+/// in the bench's drain (20 threads, no-op jobs, the lanes set
+/// by an ad-hoc variant) one lane carried 10.4 steps a call where two
+/// carried 6.9, and drained more jobs a second in each of eight same-run
+/// pairs (docs/backends.md).
 pub const LANES: usize = 1;
 
 /// The call that sends steps together, each a worker's take or finish:
