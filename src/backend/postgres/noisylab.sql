@@ -47,7 +47,8 @@
 -- now: the sum over tenants of min(waiting, cap - running)), idle,
 -- pending (wakes sent and not yet taken up: a submit wakes a worker only
 -- for a job no wake covers yet), done, expect, vlast (vtc: the counter of
--- the tenant whose start last left nobody with work).
+-- the tenant whose start last left nobody with work), due (with leases,
+-- above).
 --
 -- Concurrency. Every call first takes the queue's lock (a transaction
 -- advisory lock keyed by the cfg table's oid: a schema's queue, its own
@@ -66,11 +67,14 @@
 -- its job until the server's clock passes `until`; a worker holding a job
 -- longer renews it (noisylab_renew). Every call first hands back the jobs
 -- whose lease ran out (noisylab_reap does only that, for a queue nobody
--- calls): back in their tenant's queue by their own number, so before
--- every job of it that never started (fifo serves such a job by its own
--- arrival; fair in its tenant's turn, the tenant a newcomer if it had
--- nothing else waiting; vtc refunds the start's charge and does not lift
--- the counter), their cap slot freed, and an idle worker woken for each.
+-- calls), looking for them only once the server's clock reaches cfg.due,
+-- the earliest a running job's lease can run out (a take lowers it to its
+-- lease's end; a renewal only pushes an end later): back in their
+-- tenant's queue by their own number, so before every job of it that
+-- never started (fifo serves such a job by its own arrival; fair in its
+-- tenant's turn, the tenant a newcomer if it had nothing else waiting;
+-- vtc refunds the start's charge and does not lift the counter), their
+-- cap slot freed, and an idle worker woken for each.
 -- The takes seek past the last job started (tenant.last, cfg.taken):
 -- those go back below the job. A finish names the lease it was taken
 -- with: a finish whose lease ran out is refused (counted in job.late), one
@@ -98,7 +102,10 @@ CREATE TABLE cfg (
   newest    bigint NOT NULL DEFAULT -1,
   channel   text NOT NULL,
   -- A take's lease, microseconds (NULL: takes hold no lease).
-  lease     bigint
+  lease     bigint,
+  -- With leases: no running job's lease runs out before this (NULL: not
+  -- known); a call reaps only from then.
+  due       bigint
 );
 -- Each job's hold, nanoseconds, for the workers to read once (apart from
 -- cfg: every call reads cfg whole).
@@ -213,7 +220,7 @@ CREATE FUNCTION nl_save(c cfg) RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 BEGIN
   UPDATE cfg SET queued = c.queued, runnable = c.runnable, idle = c.idle, pending = c.pending,
-    done = c.done, vlast = c.vlast, taken = c.taken, newest = c.newest;
+    done = c.done, vlast = c.vlast, taken = c.taken, newest = c.newest, due = c.due;
 END $$;
 
 -- How many of a tenant's w waiting jobs may start with r running.
@@ -287,8 +294,9 @@ BEGIN
     WHERE t = p_t RETURNING waiting, running, ctr INTO w, r, x;
   c.queued := c.queued - 1;
   c.runnable := c.runnable + nl_runnable(c, w + 1, r - 1, w, r);
-  IF c.queue = 'vtc' AND w = 0 AND NOT EXISTS (SELECT 1 FROM tenant WHERE waiting > 0) THEN
-    c.vlast := x;
+  IF c.due IS NOT NULL THEN c.due := least(c.due, stamp + c.lease); END IF;
+  IF c.queue = 'vtc' AND w = 0 THEN
+    IF NOT EXISTS (SELECT 1 FROM tenant WHERE waiting > 0) THEN c.vlast := x; END IF;
   END IF;
 END $$;
 
@@ -486,11 +494,13 @@ CREATE FUNCTION nl_reap(INOUT c cfg, stamp bigint, OUT n int) LANGUAGE plpgsql A
 DECLARE j record;
 BEGIN
   n := 0;
-  IF c.lease IS NULL THEN RETURN; END IF;
+  IF c.lease IS NULL OR stamp < c.due THEN RETURN; END IF;
   FOR j IN SELECT id, tenant FROM job WHERE state = 'r' AND until <= stamp ORDER BY until, id LOOP
     c := nl_requeue(c, j.id, j.tenant);
     n := n + 1;
   END LOOP;
+  --   Limit -> Index Only Scan using job_leased on job
+  c.due := coalesce((SELECT min(until) FROM job WHERE state = 'r'), 9223372036854775807);
   IF n > 0 THEN c := nl_wake_up_to(c, n); END IF;
 END $$;
 

@@ -150,7 +150,7 @@ CREATE FUNCTION noisylab_lease(p_lease bigint) RETURNS void LANGUAGE plpgsql AS 
 #variable_conflict use_variable
 BEGIN
   PERFORM nl_lock();
-  UPDATE cfg SET lease = p_lease;
+  UPDATE cfg SET lease = p_lease, due = NULL;
 END $$;
 
 -- renew(job, lease): the worker still holds the job: its lease runs on
