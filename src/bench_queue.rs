@@ -7,6 +7,10 @@
 //!   fair and vtc; beside `redis-benchmark`'s plain LPUSH and RPOP with 20
 //!   clients on the same server, in the same run. A job here is one of each
 //!   of our two calls; a pair there one of each of its two.
+//! - Pickup on an idle pool; then BullMQ beside the fair and fifo queues
+//!   in three rounds, our submits and drain then its `addBulk` and drain
+//!   in each (a shared VM's speed drifts over a bench: a round's two sides
+//!   see the same machine), the medians and each round's ratio reported.
 //! - Scale: 100,000 tenants holding 1,000,000 queued jobs, and for scale
 //!   100 tenants holding 1,000: the server's own time per finish-and-take
 //!   call (its percentiles from the server's own latency tracking, `INFO
@@ -46,6 +50,8 @@ struct Size {
     pickups: u32,
     /// Calls timed after a job's hold asleep.
     idle_calls: u32,
+    /// Rounds of the drains beside BullMQ's ([`peers::Rounds`]).
+    rounds: usize,
     /// Whether to write the table beside the peer (reports/bench/).
     report: bool,
 }
@@ -56,6 +62,7 @@ const FULL: Size = Size {
     timed: 10_000,
     pickups: 200,
     idle_calls: 100,
+    rounds: 3,
     report: true,
 };
 const CHECK: Size = Size {
@@ -64,6 +71,7 @@ const CHECK: Size = Size {
     timed: 100,
     pickups: 20,
     idle_calls: 2,
+    rounds: 1,
     report: false,
 };
 
@@ -103,24 +111,8 @@ fn run(size: &Size) -> Result<()> {
         "\nThroughput, job_ms = 0, {THREADS} submitters then {THREADS} workers, {} jobs of {TENANTS} tenants:",
         size.jobs
     );
-    let mut fair_tp = (0.0, 0.0);
     for queue in QUEUES {
-        let p = format!("tp:{queue}:");
-        setup(&mut con, &p, queue)?;
-        let submit_s = parallel(&client, |con, k| {
-            for id in (k..size.jobs).step_by(THREADS as usize) {
-                let (ok, _): (i64, i64) = submit(&p, id, id % TENANTS, queue).query(con)?;
-                if ok != 1 {
-                    bail!("job {id} refused");
-                }
-            }
-            Ok(())
-        })?;
-        let take_s = parallel(&client, |con, _| drain(con, &p, u32::MAX).map(|_| ()))?;
-        let done = finished(&mut con, &p)?;
-        if done != u64::from(size.jobs) {
-            bail!("{queue}: {done} of {} jobs finished", size.jobs);
-        }
+        let (submit_s, take_s) = through(&client, &mut con, queue, size.jobs)?;
         let n = f64::from(size.jobs);
         println!(
             "  {queue:<4}  submit {:>7.0}/s  finish+take {:>7.0}/s  whole jobs {:>7.0}/s",
@@ -128,10 +120,6 @@ fn run(size: &Size) -> Result<()> {
             n / take_s,
             n / (submit_s + take_s)
         );
-        if queue == "fair" {
-            fair_tp = (n / submit_s, n / take_s);
-        }
-        cmd("FLUSHALL").query::<()>(&mut con)?;
     }
     let (lpush, rpop) = redis_benchmark(&server.url, 200 * size.jobs / 100)?;
     println!(
@@ -141,15 +129,7 @@ fn run(size: &Size) -> Result<()> {
     let setting = format!(
         "Redis {version}, a server of the bench's own on loopback, persistence off (no RDB, no AOF) for both"
     );
-    beside_bullmq(
-        &server.url,
-        &client,
-        &mut con,
-        size,
-        fair_tp,
-        &setting,
-        &floor,
-    )?;
+    beside_bullmq(&server.url, &client, &mut con, size, &setting, &floor)?;
     println!(
         "\nScale: the server's time per finish-and-take call (INFO latencystats, {} calls), memory per queued job:",
         size.timed
@@ -354,15 +334,39 @@ fn used_memory(con: &mut Connection) -> Result<f64> {
         .context("no used_memory in INFO")
 }
 
-/// The fair queue's pickup on an idle pool beside BullMQ's figures from the
-/// same server (skipped in one line without Node.js or its packages), with
-/// our (submit, drain) rates `fair_tp` from above as ratios to its own.
+/// Seconds for `jobs` jobs of `queue` (new, under its own prefix) to be
+/// submitted by [`THREADS`] threads, one call each, and then to be taken
+/// and finished by as many worker threads; the server flushed after.
+fn through(client: &Client, con: &mut Connection, queue: &str, jobs: u32) -> Result<(f64, f64)> {
+    let p = format!("tp:{queue}:");
+    setup(con, &p, queue)?;
+    let submit_s = parallel(client, |con, k| {
+        for id in (k..jobs).step_by(THREADS as usize) {
+            let (ok, _): (i64, i64) = submit(&p, id, id % TENANTS, queue).query(con)?;
+            if ok != 1 {
+                bail!("job {id} refused");
+            }
+        }
+        Ok(())
+    })?;
+    let take_s = parallel(client, |con, _| drain(con, &p, u32::MAX).map(|_| ()))?;
+    let done = finished(con, &p)?;
+    if done != u64::from(jobs) {
+        bail!("{queue}: {done} of {jobs} jobs finished");
+    }
+    cmd("FLUSHALL").query::<()>(con)?;
+    Ok((submit_s, take_s))
+}
+
+/// The fair queue's pickup on an idle pool, then its drain and fifo's
+/// beside BullMQ's in rounds ([`peers::Rounds`]: our submits one call
+/// each, its `addBulk`), on the same server (skipped in one line without
+/// Node.js or its packages), the medians as ratios.
 fn beside_bullmq(
     url: &str,
     client: &Client,
     con: &mut Connection,
     size: &Size,
-    fair_tp: (f64, f64),
     setting: &str,
     floor: &str,
 ) -> Result<()> {
@@ -377,28 +381,32 @@ fn beside_bullmq(
         println!("  BullMQ beside it: skipped: {why}");
         return Ok(());
     }
-    let b = peers::measure("bullmq", url, size.jobs.min(20_000), size.pickups)?;
-    let ours = peers::PeerFigures {
-        peer: "noisylab fair (Redis functions)".into(),
-        add_per_s: fair_tp.0,
-        drain_per_s: fair_tp.1,
-        pickup_p50_ms: p50,
-        pickup_p99_ms: p99,
-    };
+    let peer_jobs = size.jobs.min(20_000);
+    let n = f64::from(size.jobs);
+    let rounds = peers::Rounds::run(
+        "bullmq",
+        url,
+        (peer_jobs, size.pickups, size.rounds),
+        &["fair", "fifo"],
+        |q| {
+            let (submit_s, take_s) = through(client, con, q, size.jobs)?;
+            Ok((n / submit_s, n / take_s))
+        },
+    )?;
+    let b = rounds.peer_figures()?;
+    let ours = rounds.ours_figures("noisylab fair (Redis functions)", (p50, p99));
     peers::print_beside(&ours, &b, "the same server", "addBulk");
     if size.report {
         let setting = format!(
             "{setting}; noisylab: {} jobs submitted by {THREADS} threads one call each, then drained by \
-             {THREADS} worker threads, every take leased for a minute as a lab's are; {}: {} jobs in \
-             one addBulk, then drained by one Worker at concurrency {THREADS}, its defaults",
-            size.jobs,
-            b.peer,
-            size.jobs.min(20_000)
+             {THREADS} worker threads, every take leased for a minute as a lab's are; {}: {peer_jobs} \
+             jobs in one addBulk, then drained by one Worker at concurrency {THREADS}, its defaults",
+            size.jobs, b.peer,
         );
-        let path = peers::write_table("redis", &setting, &ours, &b, floor)?;
+        let notes = format!("{}\n\n{floor}", rounds.sentence());
+        let path = peers::write_table("redis", &setting, &ours, &b, &notes)?;
         println!("  written to {}", path.display());
     }
-    cmd("FLUSHALL").query::<()>(con)?;
     Ok(())
 }
 

@@ -23,8 +23,11 @@
 //! - The floor under a worker's call: a bare `SELECT 1` and a one-row
 //!   `UPDATE` with its commit flushed, back to back and after a job's hold
 //!   asleep.
-//! - Pickup on an idle pool and graphile-worker beside the fair queue;
-//!   then the fair drain and graphile-worker's again on a cluster with
+//! - Pickup on an idle pool; then graphile-worker beside the fair and
+//!   fifo drains in three rounds, ours then the peer's in each (a shared
+//!   VM's speed drifts over a bench: a round's two sides see the same
+//!   machine), the medians and each round's ratio reported; then the
+//!   fair drain and graphile-worker's again, in rounds, on a cluster with
 //!   `fsync` off.
 //!
 //! Every take but the curve's is leased for a minute, as a lab's are.
@@ -60,6 +63,8 @@ struct Size {
     pickups: u32,
     /// Calls timed after a job's hold asleep.
     idle_calls: u32,
+    /// Rounds of the drains beside graphile-worker's ([`peers::Rounds`]).
+    rounds: usize,
     /// Whether to write the table beside the peer (reports/bench/).
     report: bool,
 }
@@ -73,6 +78,7 @@ const FULL: Size = Size {
     burst: 2_000,
     pickups: 200,
     idle_calls: 100,
+    rounds: 3,
     report: true,
 };
 const CHECK: Size = Size {
@@ -84,6 +90,7 @@ const CHECK: Size = Size {
     burst: 200,
     pickups: 20,
     idle_calls: 2,
+    rounds: 1,
     report: false,
 };
 
@@ -148,19 +155,14 @@ fn run(size: &Size) -> Result<()> {
         println!("{line}");
     }
     println!("\nThroughput, job_ms = 0, {THREADS} clients (jobs a second):");
-    let mut fair_tp = None;
     for queue in ["fifo", "fair"] {
         let r = throughput(&cluster.url, &mut c, queue, size.jobs)?;
         println!(
             "  {queue:<5} submit {:>8.0}   added at once {:>8.0}   take and finish: one call each \
              {:>6.0}, sent together {:>6.0} ({:.1} steps a call)",
-            r.submit, r.add, r.drain, r.together, r.steps_a_call
+            r.submit, r.add, r.drain, r.together.drain, r.together.steps_a_call
         );
-        if queue == "fair" {
-            fair_tp = Some(r);
-        }
     }
-    let fair_tp = fair_tp.context("no fair rates")?;
     let tps = pgbench(&cluster.url, size.pgbench_s, "-N")?;
     println!("  pgbench -N (simple update), {THREADS} clients: {tps:.0} transactions a second");
     let one_row = pgbench(&cluster.url, size.pgbench_s, "-btpcb-like")?;
@@ -178,7 +180,7 @@ fn run(size: &Size) -> Result<()> {
     let setting = format!(
         "PostgreSQL {version}, a cluster of the bench's own on loopback, fsync on, synchronous_commit on for both"
     );
-    beside_graphile(&cluster.url, &mut c, size, fair_tp, &setting, &floor)?;
+    beside_graphile(&cluster.url, &mut c, size, &setting, &floor)?;
     drop(c);
     drop(cluster);
     without_fsync(size)
@@ -192,23 +194,20 @@ fn without_fsync(size: &Size) -> Result<()> {
     let cluster = OwnedCluster::start(server::Durability::NO_FSYNC)?;
     let mut c = pg::connect(&cluster.url)?;
     pg::make_schema(&mut c, "bench")?;
-    let r = throughput(&cluster.url, &mut c, "fair", size.jobs)?;
     println!(
         "\nWith fsync off (a crash of the machine may then lose jobs either queue \
-         acknowledged), the same drain: fair, one call each {:.0}, sent together {:.0} ({:.1} \
-         steps a call)",
-        r.drain, r.together, r.steps_a_call
+         acknowledged), the fair drain, sent together:"
     );
     match peers::missing() {
-        Some(why) => println!("  graphile-worker beside it: skipped: {why}"),
-        None => {
-            let g = peers::measure("graphile-worker", &cluster.url, size.jobs as u32, 1)?;
+        Some(why) => {
+            let r = drain_together(&cluster.url, &mut c, "fair", size.jobs)?;
             println!(
-                "  {} on the same cluster: drain {:.0}/s; ours sent together ÷ its: ×{:.2}",
-                g.peer,
-                g.drain_per_s,
-                r.together / g.drain_per_s
+                "  {:.0} jobs a second ({:.1} steps a call); graphile-worker beside it: skipped: {why}",
+                r.drain, r.steps_a_call
             );
+        }
+        None => {
+            beside_in_rounds(&cluster.url, &mut c, size, &["fair"], 1)?;
         }
     }
     Ok(())
@@ -286,14 +285,13 @@ fn burst(c: &mut Client, n: i64) -> Result<f64> {
     Ok(took)
 }
 
-/// The fair queue's pickup on an idle pool beside graphile-worker's
-/// figures on the same cluster (skipped in one line without Node.js or
-/// its packages), with our (add, drain) rates `fair_tp` as ratios.
+/// The fair queue's pickup on an idle pool, then its drain and fifo's
+/// beside graphile-worker's in rounds ([`beside_in_rounds`]; skipped in one
+/// line without Node.js or its packages), the medians as ratios.
 fn beside_graphile(
     url: &str,
     c: &mut Client,
     size: &Size,
-    fair_tp: Rates,
     setting: &str,
     floor: &str,
 ) -> Result<()> {
@@ -307,14 +305,10 @@ fn beside_graphile(
         println!("  graphile-worker beside it: skipped: {why}");
         return Ok(());
     }
-    let g = peers::measure("graphile-worker", url, size.jobs as u32, size.pickups)?;
-    let ours = peers::PeerFigures {
-        peer: "noisylab fair (SQL functions)".into(),
-        add_per_s: fair_tp.add,
-        drain_per_s: fair_tp.together,
-        pickup_p50_ms: p50,
-        pickup_p99_ms: p99,
-    };
+    let queues = ["fair", "fifo"];
+    let rounds = beside_in_rounds(url, c, size, &queues, size.pickups)?;
+    let g = rounds.peer_figures()?;
+    let ours = rounds.ours_figures("noisylab fair (SQL functions)", (p50, p99));
     peers::print_beside(&ours, &g, "the same cluster", "addJobs");
     if size.report {
         let setting = format!(
@@ -325,10 +319,34 @@ fn beside_graphile(
              defaults",
             size.jobs, g.peer, size.jobs
         );
-        let path = peers::write_table("postgres", &setting, &ours, &g, floor)?;
+        let notes = format!("{}\n\n{floor}", rounds.sentence());
+        let path = peers::write_table("postgres", &setting, &ours, &g, &notes)?;
         println!("  written to {}", path.display());
     }
     Ok(())
+}
+
+/// [`peers::Rounds`] of our drains of `queues`, their calls sent together,
+/// beside graphile-worker's; the peer times its pickup (`pickups` jobs) in
+/// the last round.
+fn beside_in_rounds(
+    url: &str,
+    c: &mut Client,
+    size: &Size,
+    queues: &[&str],
+    pickups: u32,
+) -> Result<peers::Rounds> {
+    let jobs = size.jobs;
+    peers::Rounds::run(
+        "graphile-worker",
+        url,
+        (jobs as u32, pickups, size.rounds),
+        queues,
+        |q| {
+            let d = drain_together(url, c, q, jobs)?;
+            Ok((d.add, d.drain))
+        },
+    )
 }
 
 /// Jobs through the pickup's workers before it times any, two a worker:
@@ -472,26 +490,48 @@ struct Rates {
     /// Taken and finished by 20 worker threads, one call each, after the
     /// add.
     drain: f64,
-    /// The same, the threads' calls sent together as the lab's workers
-    /// send theirs (`noisylab_steps`); and the mean steps a call.
-    together: f64,
+    /// The same, the threads' calls sent together ([`drain_together`]).
+    together: Drain,
+}
+
+/// A drain's rates: the jobs added at once, then taken and finished.
+struct Drain {
+    /// Jobs added a second, one `noisylab_submit_many` call.
+    add: f64,
+    /// Jobs taken and finished a second.
+    drain: f64,
+    /// The mean steps a call.
     steps_a_call: f64,
+}
+
+/// A new queue of `queue`, its takes leased for a minute, as a lab's are
+/// (and as graphile-worker locks each job it takes until a timeout).
+fn setup(c: &mut Client, queue: &str) -> Result<()> {
+    let none: (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
+    c.execute(
+        "SELECT noisylab_setup($1, -1, -1, -1, 'bench_', $2, $3)",
+        &[&queue, &none.0, &none.1],
+    )?;
+    c.execute("SELECT noisylab_lease(60000000)", &[])?;
+    Ok(())
+}
+
+/// `jobs` jobs of 21 tenants added at once, one call, to a new queue of
+/// `queue`: jobs a second.
+fn add_at_once(c: &mut Client, queue: &str, jobs: i64) -> Result<f64> {
+    setup(c, queue)?;
+    let ids: Vec<i64> = (0..jobs).collect();
+    let tenants: Vec<i32> = ids.iter().map(|j| (j % 21) as i32).collect();
+    let many = c.prepare(pg::SUBMIT_MANY)?;
+    let t0 = Instant::now();
+    pg::submit_many(c, &many, &ids, &tenants, &vec![None; ids.len()])?;
+    Ok(jobs as f64 / t0.elapsed().as_secs_f64())
 }
 
 /// The queue's [`Rates`]; every call a prepared statement, as the lab's
 /// workers and coordinator make them.
 fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates> {
-    let none: (Vec<f64>, Vec<i64>) = (Vec::new(), Vec::new());
-    // Its takes leased for a minute, as a lab's are (and as graphile-worker
-    // locks each job it takes until a timeout).
-    let setup = |c: &mut Client| {
-        c.execute(
-            "SELECT noisylab_setup($1, -1, -1, -1, 'bench_', $2, $3)",
-            &[&queue, &none.0, &none.1],
-        )?;
-        c.execute("SELECT noisylab_lease(60000000)", &[])
-    };
-    setup(c)?;
+    setup(c, queue)?;
     // Numbered by the server, under its lock: submits from many clients.
     let submit = parallel(url, move |me, w| {
         let one = w.prepare("SELECT noisylab_submit(NULL, $1, 1)")?;
@@ -502,13 +542,7 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates
         }
         Ok(())
     })?;
-    setup(c)?;
-    let ids: Vec<i64> = (0..jobs).collect();
-    let tenants: Vec<i32> = ids.iter().map(|j| (j % 21) as i32).collect();
-    let many = c.prepare(pg::SUBMIT_MANY)?;
-    let t0 = Instant::now();
-    pg::submit_many(c, &many, &ids, &tenants, &vec![None; ids.len()])?;
-    let add = t0.elapsed().as_secs_f64();
+    let add = add_at_once(c, queue, jobs)?;
     let drain = parallel(url, |me, w| {
         let finish = w.prepare("SELECT job, tenant, lease FROM noisylab_finish($1, $2, $3, $4)")?;
         let mut next = w.query_one(
@@ -525,10 +559,21 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates
         Ok(())
     })?;
     all_done(c, queue, jobs)?;
-    setup(c)?;
-    pg::submit_many(c, &many, &ids, &tenants, &vec![None; ids.len()])?;
+    Ok(Rates {
+        submit: jobs as f64 / submit,
+        add,
+        drain: jobs as f64 / drain,
+        together: drain_together(url, c, queue, jobs)?,
+    })
+}
+
+/// `jobs` jobs of 21 tenants added at once to a new queue of `queue`,
+/// then taken and finished by [`THREADS`] worker threads whose calls go
+/// together as the lab's workers send theirs (`noisylab_steps`).
+fn drain_together(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Drain> {
+    let add = add_at_once(c, queue, jobs)?;
     let steps = pg::worker::Steps::new(pg::worker::LANES);
-    let together = parallel(url, |me, w| {
+    let took = parallel(url, |me, w| {
         let statement = w.prepare(pg::worker::STEPS)?;
         let mut next = send_step(
             &steps,
@@ -552,12 +597,9 @@ fn throughput(url: &str, c: &mut Client, queue: &str, jobs: i64) -> Result<Rates
     })?;
     all_done(c, queue, jobs)?;
     let (calls, sends) = steps.counts();
-    let rate = |s: f64| jobs as f64 / s;
-    Ok(Rates {
-        submit: rate(submit),
-        add: rate(add),
-        drain: rate(drain),
-        together: rate(together),
+    Ok(Drain {
+        add,
+        drain: jobs as f64 / took,
         steps_a_call: calls as f64 / sends.max(1) as f64,
     })
 }

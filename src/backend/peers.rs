@@ -65,6 +65,114 @@ pub fn measure(peer: &str, url: &str, jobs: u32, pickups: u32) -> Result<PeerFig
     serde_json::from_str(line).with_context(|| format!("{peer}'s bench printed {line:?}"))
 }
 
+/// Our drains beside a peer's, round by round: in each, ours for each of
+/// our queues, then the peer's add and drain, back to back on the same
+/// server, so that the machine's speed (which on a shared VM drifts by a
+/// fifth from minute to minute) is about the same on both sides of a
+/// round's ratio; the spread of those ratios is the comparison's own error.
+pub struct Rounds {
+    /// Our queues, in the order each round drains them.
+    pub queues: Vec<String>,
+    /// Our (add, drain) jobs a second by queue, a row a round.
+    pub ours: Vec<Vec<(f64, f64)>>,
+    /// The peer's figures, a round each (its pickup timed in the last).
+    pub peer: Vec<PeerFigures>,
+}
+
+impl Rounds {
+    /// `rounds` rounds of `ours(queue)` ((add, drain) jobs a second) for
+    /// each of `queues`, then `peer` ([`measure`]: `jobs` jobs, `pickups`
+    /// timed in the last round, one in the others), each round printed.
+    pub fn run(
+        peer: &str,
+        url: &str,
+        (jobs, pickups, rounds): (u32, u32, usize),
+        queues: &[&str],
+        mut ours: impl FnMut(&str) -> Result<(f64, f64)>,
+    ) -> Result<Rounds> {
+        let mut r = Rounds {
+            queues: queues.iter().map(|q| q.to_string()).collect(),
+            ours: Vec::new(),
+            peer: Vec::new(),
+        };
+        for k in 1..=rounds {
+            let row = queues.iter().map(|q| ours(q)).collect::<Result<Vec<_>>>()?;
+            let g = measure(peer, url, jobs, if k == rounds { pickups } else { 1 })?;
+            let each: Vec<String> = queues
+                .iter()
+                .zip(&row)
+                .map(|(q, (_, d))| format!("{q} {d:.0} (×{:.2})", d / g.drain_per_s))
+                .collect();
+            println!(
+                "  round {k}: drained a second: {}; {} {:.0}",
+                each.join(", "),
+                g.peer,
+                g.drain_per_s
+            );
+            r.ours.push(row);
+            r.peer.push(g);
+        }
+        Ok(r)
+    }
+
+    /// Our first queue's add and drain, medians over the rounds, as
+    /// `name`, with its pickup (p50, p99) ms.
+    pub fn ours_figures(&self, name: &str, (p50, p99): (f64, f64)) -> PeerFigures {
+        PeerFigures {
+            peer: name.into(),
+            add_per_s: median_of(self.ours.iter().map(|row| row[0].0)),
+            drain_per_s: median_of(self.ours.iter().map(|row| row[0].1)),
+            pickup_p50_ms: p50,
+            pickup_p99_ms: p99,
+        }
+    }
+
+    /// The peer's add and drain, medians over the rounds; its pickup, the
+    /// last round's.
+    pub fn peer_figures(&self) -> Result<PeerFigures> {
+        let last = self.peer.last().context("no rounds")?;
+        Ok(PeerFigures {
+            add_per_s: median_of(self.peer.iter().map(|g| g.add_per_s)),
+            drain_per_s: median_of(self.peer.iter().map(|g| g.drain_per_s)),
+            ..last.clone()
+        })
+    }
+
+    /// Each round's drain of our `q`th queue ÷ the peer's.
+    pub fn ratios(&self, q: usize) -> Vec<f64> {
+        self.ours
+            .iter()
+            .zip(&self.peer)
+            .map(|(row, g)| row[q].1 / g.drain_per_s)
+            .collect()
+    }
+
+    /// The rounds in a sentence, for under a report's table.
+    pub fn sentence(&self) -> String {
+        let peer = self.peer.first().map_or("the peer", |g| g.peer.as_str());
+        let each: Vec<String> = (0..self.queues.len())
+            .map(|q| {
+                let r: Vec<String> = self.ratios(q).iter().map(|x| format!("×{x:.2}")).collect();
+                format!("{} {}", self.queues[q], r.join(", "))
+            })
+            .collect();
+        format!(
+            "The drains ran in {} rounds, noisylab's ({}) then {peer}'s in each, the table giving \
+             the medians; each round's drain ÷ {peer}'s: {}.",
+            self.peer.len(),
+            self.queues.join(", then "),
+            each.join("; ")
+        )
+    }
+}
+
+/// The median of some values.
+fn median_of(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    crate::stats::median(&v)
+}
+
 /// Each job's wait from `sent[job]` (just before its submit) to its start
 /// in `started` (job, instant): (p50, p99) in milliseconds; an error when a
 /// job never started.
@@ -88,15 +196,15 @@ pub fn waits_ms(sent: &[Instant], started: &[(u32, Instant)]) -> Result<(f64, f6
 
 /// Write `reports/bench/NAME.md` (under this checkout): the table of
 /// noisylab's `ours` beside `peer`, measured in one run on one server
-/// (`setting`: the server, its version and durability), then `floor`
-/// (the server's bare round trips), for `make bench` to regenerate and the
-/// docs to link.
+/// (`setting`: the server, its version and durability), then `notes`
+/// (how the figures were taken, the server's bare round trips), for `make
+/// bench` to regenerate and the docs to link.
 pub fn write_table(
     name: &str,
     setting: &str,
     ours: &PeerFigures,
     peer: &PeerFigures,
-    floor: &str,
+    notes: &str,
 ) -> Result<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
@@ -144,7 +252,7 @@ pub fn write_table(
             a / b
         );
     }
-    text += &format!("\n{floor}\n");
+    text += &format!("\n{notes}\n");
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
