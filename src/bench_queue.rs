@@ -8,9 +8,10 @@
 //!   clients on the same server, in the same run. A job here is one of each
 //!   of our two calls; a pair there one of each of its two.
 //! - Pickup on an idle pool; then BullMQ beside the fair and fifo queues
-//!   in three rounds, our submits and drain then its `addBulk` and drain
-//!   in each (a shared VM's speed drifts over a bench: a round's two sides
-//!   see the same machine), the medians and each round's ratio reported.
+//!   in three rounds, our submits and drain and its `addBulk` and drain
+//!   back to back in each, taking turns to go first (a shared VM's speed
+//!   drifts over a bench: a round's two sides see about the same machine),
+//!   the medians and each round's ratio reported.
 //! - Scale: 100,000 tenants holding 1,000,000 queued jobs, and for scale
 //!   100 tenants holding 1,000: the server's own time per finish-and-take
 //!   call (its percentiles from the server's own latency tracking, `INFO

@@ -24,9 +24,10 @@
 //!   `UPDATE` with its commit flushed, back to back and after a job's hold
 //!   asleep.
 //! - Pickup on an idle pool; then graphile-worker beside the fair and
-//!   fifo drains in three rounds, ours then the peer's in each (a shared
-//!   VM's speed drifts over a bench: a round's two sides see the same
-//!   machine), the medians and each round's ratio reported; then the
+//!   fifo drains in three rounds, ours and the peer's back to back in each,
+//!   taking turns to go first (a shared VM's speed drifts over a bench: a
+//!   round's two sides see about the same machine), the medians and each
+//!   round's ratio reported; then the
 //!   fair drain and graphile-worker's again, in rounds, on a cluster with
 //!   `fsync` off.
 //!
@@ -328,7 +329,7 @@ fn beside_graphile(
 
 /// [`peers::Rounds`] of our drains of `queues`, their calls sent together,
 /// beside graphile-worker's; the peer times its pickup (`pickups` jobs) in
-/// the last round.
+/// the first round.
 fn beside_in_rounds(
     url: &str,
     c: &mut Client,

@@ -66,23 +66,26 @@ pub fn measure(peer: &str, url: &str, jobs: u32, pickups: u32) -> Result<PeerFig
 }
 
 /// Our drains beside a peer's, round by round: in each, ours for each of
-/// our queues, then the peer's add and drain, back to back on the same
+/// our queues and the peer's add and drain, back to back on the same
 /// server, so that the machine's speed (which on a shared VM drifts by a
 /// fifth from minute to minute) is about the same on both sides of a
 /// round's ratio; the spread of those ratios is the comparison's own error.
+/// Ours go first in the odd rounds and the peer's in the even ones, so
+/// that a steady drift over the rounds favours neither side.
 pub struct Rounds {
     /// Our queues, in the order each round drains them.
     pub queues: Vec<String>,
     /// Our (add, drain) jobs a second by queue, a row a round.
     pub ours: Vec<Vec<(f64, f64)>>,
-    /// The peer's figures, a round each (its pickup timed in the last).
+    /// The peer's figures, a round each (its pickup timed in the first).
     pub peer: Vec<PeerFigures>,
 }
 
 impl Rounds {
     /// `rounds` rounds of `ours(queue)` ((add, drain) jobs a second) for
-    /// each of `queues`, then `peer` ([`measure`]: `jobs` jobs, `pickups`
-    /// timed in the last round, one in the others), each round printed.
+    /// each of `queues` and `peer` ([`measure`]: `jobs` jobs, `pickups`
+    /// timed in the first round, the one nearest a bench's own pickup, one
+    /// in the others), each round printed.
     pub fn run(
         peer: &str,
         url: &str,
@@ -96,15 +99,28 @@ impl Rounds {
             peer: Vec::new(),
         };
         for k in 1..=rounds {
-            let row = queues.iter().map(|q| ours(q)).collect::<Result<Vec<_>>>()?;
-            let g = measure(peer, url, jobs, if k == rounds { pickups } else { 1 })?;
+            let timed = if k == 1 { pickups } else { 1 };
+            let peer_first = k % 2 == 0;
+            let mut ours_all = || queues.iter().map(|q| ours(q)).collect::<Result<Vec<_>>>();
+            let (row, g) = if peer_first {
+                let g = measure(peer, url, jobs, timed)?;
+                (ours_all()?, g)
+            } else {
+                let row = ours_all()?;
+                (row, measure(peer, url, jobs, timed)?)
+            };
             let each: Vec<String> = queues
                 .iter()
                 .zip(&row)
                 .map(|(q, (_, d))| format!("{q} {d:.0} (×{:.2})", d / g.drain_per_s))
                 .collect();
+            let order = if peer_first {
+                "its first"
+            } else {
+                "ours first"
+            };
             println!(
-                "  round {k}: drained a second: {}; {} {:.0}",
+                "  round {k} ({order}): drained a second: {}; {} {:.0}",
                 each.join(", "),
                 g.peer,
                 g.drain_per_s
@@ -128,13 +144,13 @@ impl Rounds {
     }
 
     /// The peer's add and drain, medians over the rounds; its pickup, the
-    /// last round's.
+    /// first round's.
     pub fn peer_figures(&self) -> Result<PeerFigures> {
-        let last = self.peer.last().context("no rounds")?;
+        let first = self.peer.first().context("no rounds")?;
         Ok(PeerFigures {
             add_per_s: median_of(self.peer.iter().map(|g| g.add_per_s)),
             drain_per_s: median_of(self.peer.iter().map(|g| g.drain_per_s)),
-            ..last.clone()
+            ..first.clone()
         })
     }
 
@@ -157,8 +173,9 @@ impl Rounds {
             })
             .collect();
         format!(
-            "The drains ran in {} rounds, noisylab's ({}) then {peer}'s in each, the table giving \
-             the medians; each round's drain ÷ {peer}'s: {}.",
+            "The drains ran in {} rounds, noisylab's ({}) and {peer}'s back to back in each, ours \
+             first in the odd rounds and its first in the even ones; the table gives the medians; \
+             each round's drain ÷ {peer}'s: {}.",
             self.peer.len(),
             self.queues.join(", then "),
             each.join("; ")
