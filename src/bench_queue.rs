@@ -408,6 +408,8 @@ fn beside_bullmq(
         let path = peers::write_table("redis", &setting, &ours, &b, &notes)?;
         println!("  written to {}", path.display());
     }
+    // BullMQ's keys out, before the scale states.
+    cmd("FLUSHALL").query::<()>(con)?;
     Ok(())
 }
 

@@ -27,9 +27,8 @@
 //!   fifo drains in three rounds, ours and the peer's back to back in each,
 //!   taking turns to go first (a shared VM's speed drifts over a bench: a
 //!   round's two sides see about the same machine), the medians and each
-//!   round's ratio reported; then the
-//!   fair drain and graphile-worker's again, in rounds, on a cluster with
-//!   `fsync` off.
+//!   round's ratio reported; then the fair drain and graphile-worker's
+//!   again, in rounds, on a cluster with `fsync` off.
 //!
 //! Every take but the curve's is leased for a minute, as a lab's are.
 //!
