@@ -183,11 +183,9 @@ pub struct ServerPlan {
     /// The `noisylab` binary the worker processes run (`None`: this one;
     /// tests give the binary Cargo built).
     pub worker_exe: Option<std::path::PathBuf>,
-    /// PostgreSQL of the lab's own: `fsync` on (the default) or off.
-    pub fsync: bool,
-    /// PostgreSQL of the lab's own: `synchronous_commit` on (the default)
-    /// or off.
-    pub synchronous_commit: bool,
+    /// PostgreSQL of the lab's own: what a commit waits for (`fsync` and
+    /// `synchronous_commit`, both on by default).
+    pub durability: postgres::server::Durability,
     /// Redis of the lab's own: an append-only file, to be restarted from
     /// (a scenario with a `restart_server` fault).
     pub persist: bool,

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::backend::postgres::server::Durability;
 use crate::backend::{QueueBackend, ServerPlan};
 use crate::calibrate::CalibratePlan;
 use crate::engine::Timer;
@@ -332,8 +333,7 @@ fn parse_backend(text: &str) -> Result<QueueBackend, String> {
         target: url.map_or(Target::Own, |u| Target::Url(u.to_string())),
         processes: None,
         worker_exe: None,
-        fsync: true,
-        synchronous_commit: true,
+        durability: Durability::FULL,
         persist: false,
         unlogged: false,
     }))
@@ -433,15 +433,17 @@ fn durability(
     in_scenario: Option<&crate::scenario::BackendSpec>,
     scenario: &Scenario,
 ) -> Result<()> {
-    r.fsync = in_scenario.and_then(|s| s.fsync).unwrap_or(true);
-    r.synchronous_commit = in_scenario
-        .and_then(|s| s.synchronous_commit)
-        .unwrap_or(true);
+    r.durability = Durability {
+        fsync: in_scenario.and_then(|s| s.fsync).unwrap_or(true),
+        synchronous_commit: in_scenario
+            .and_then(|s| s.synchronous_commit)
+            .unwrap_or(true),
+    };
     let restarts = scenario
         .fault
         .iter()
         .any(|f| f.kind == crate::scenario::FaultKind::RestartServer);
-    if restarts && !r.synchronous_commit {
+    if restarts && !r.durability.synchronous_commit {
         anyhow::bail!(
             "backend.synchronous_commit = false, but a restart_server fault checks that the \
              server keeps every job it acknowledged, which a crash may lose without it: drop one \

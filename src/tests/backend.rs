@@ -776,8 +776,7 @@ fn server_plan(server: ServerKind, target: Target, processes: Option<u32>) -> Se
         target,
         processes,
         worker_exe: Some(PathBuf::from(NOISYLAB)),
-        fsync: true,
-        synchronous_commit: true,
+        durability: noisylab::backend::postgres::server::Durability::FULL,
         persist: false,
         unlogged: false,
     }

@@ -358,8 +358,7 @@ fn server(kind: ServerKind) -> Option<QueueBackend> {
         target: Target::Own,
         processes: None,
         worker_exe: Some(PathBuf::from(NOISYLAB)),
-        fsync: false,
-        synchronous_commit: true,
+        durability: noisylab::backend::postgres::server::Durability::NO_FSYNC,
         persist: false,
         unlogged: false,
     }))

@@ -39,11 +39,7 @@ pub type PgBackend = Coordinator<PgWire>;
 /// Start (or reach) the server, make the lab's schema, start the worker
 /// processes for a pool of `workers`, and wait until they have joined.
 pub fn start(plan: &ServerPlan, workers: u32, slowed: &[u32]) -> Result<PgBackend> {
-    let durability = server::Durability {
-        fsync: plan.fsync,
-        synchronous_commit: plan.synchronous_commit,
-    };
-    let wire = PgWire::open(&plan.target, durability, plan.unlogged)?;
+    let wire = PgWire::open(&plan.target, plan.durability, plan.unlogged)?;
     Coordinator::start(wire, workers, plan, slowed)
 }
 

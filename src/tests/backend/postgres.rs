@@ -386,7 +386,7 @@ fn the_server_stopped_as_by_a_crash_and_started_again_loses_nothing_on_postgres(
     // workers and the coordinator connect again, every committed job is
     // there (fsync off loses nothing in a crash of the server alone).
     super::faults::restarts_lose_nothing(ServerPlan {
-        fsync: false,
+        durability: Durability::NO_FSYNC,
         ..server_plan(ServerKind::Postgres, Target::Own, Some(2))
     });
 }
@@ -739,7 +739,7 @@ fn a_server_that_loses_jobs_across_its_restart_fails_the_run_naming_its_promise_
     // An unlogged job table: a crash of the server empties it.
     super::faults::restart_that_loses_fails_the_run(
         ServerPlan {
-            fsync: false,
+            durability: Durability::NO_FSYNC,
             unlogged: true,
             ..server_plan(ServerKind::Postgres, Target::Own, Some(2))
         },
