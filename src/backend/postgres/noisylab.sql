@@ -379,12 +379,16 @@ BEGIN
     -- worker in line already.
     INSERT INTO idle (worker, since) VALUES (me, nextval('tick')) ON CONFLICT (worker) DO NOTHING;
     IF FOUND THEN c.idle := c.idle + 1; END IF;
-  ELSIF EXISTS (SELECT 1 FROM handed) THEN
-    -- A job handed out and not picked up yet started first: `me` runs it
-    -- now, and the worker woken for it picks this one up (a tenant's jobs
-    -- start in their order even when that worker is slow to hear).
+  ELSIF EXISTS (SELECT 1 FROM handed h WHERE h.tenant = tenant) THEN
+    -- A job of the same tenant handed out and not picked up yet started
+    -- first: `me` runs it now, and the worker woken for it picks this one
+    -- up (a tenant's jobs start in their order even when that worker is
+    -- slow to hear). Another tenant's job handed out stays with the worker
+    -- woken for it, as in the model, where it started at its submit on the
+    -- worker it went to: `me` goes on with the discipline's next.
     INSERT INTO handed VALUES (nextval('tick'), job, tenant, lease);
-    SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_pick_up(stamp, true, c.lease) h;
+    SELECT h.job, h.tenant, h.lease INTO job, tenant, lease
+      FROM nl_pick_up(stamp, true, c.lease, tenant) h;
   END IF;
 END $$;
 
@@ -435,7 +439,7 @@ BEGIN
       gone_woken := gone_woken + 1;
       CONTINUE;
     END IF;
-    SELECT h.job, h.tenant INTO j, t FROM nl_pick_up(NULL, false, NULL) h;
+    SELECT h.job, h.tenant INTO j, t FROM nl_pick_up(NULL, false, NULL, NULL) h;
     IF j IS NOT NULL THEN
       c := nl_requeue(c, j, t);
       handed := handed + 1;

@@ -144,20 +144,22 @@ BEGIN
   gave := true;
 END $$;
 
--- A job handed out and not picked up: the first handed (`first`), started
--- at `stamp` by the woken worker picking it up, its lease (of `p_lease`
--- µs, NULL: none) renewed from then, or the last (stamp NULL: to go back
--- to its queue). One whose lease ran out before its pick-up (a worker
--- stopped or too slow to hear) went back to its queue and is passed over.
--- Nulls when none is left.
-CREATE FUNCTION nl_pick_up(stamp bigint, first boolean, p_lease bigint, OUT job bigint,
-                           OUT tenant int, OUT lease bigint) LANGUAGE plpgsql AS $$
+-- A job handed out and not picked up: the first handed (`first`; of
+-- tenant `p_of`, NULL: of any), started at `stamp` by the worker picking it
+-- up, its lease (of `p_lease` µs, NULL: none) renewed from then, or the
+-- last (stamp NULL: to go back to its queue). One whose lease ran out
+-- before its pick-up (a worker stopped or too slow to hear) went back to
+-- its queue and is passed over. Nulls when none is left.
+CREATE FUNCTION nl_pick_up(stamp bigint, first boolean, p_lease bigint, p_of int,
+                           OUT job bigint, OUT tenant int, OUT lease bigint)
+LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE h handed;
 BEGIN
   LOOP
-    DELETE FROM handed d WHERE d.seq = CASE WHEN first THEN (SELECT min(seq) FROM handed)
-                                            ELSE (SELECT max(seq) FROM handed) END
+    DELETE FROM handed d WHERE d.seq = CASE
+      WHEN first THEN (SELECT min(x.seq) FROM handed x WHERE p_of IS NULL OR x.tenant = p_of)
+      ELSE (SELECT max(seq) FROM handed) END
       RETURNING * INTO h;
     IF NOT FOUND THEN RETURN; END IF;
     UPDATE job j SET started = coalesce(stamp, j.started), until = stamp + p_lease

@@ -47,7 +47,7 @@ BEGIN
   -- Woken for a job a submit handed out: the first one handed, which
   -- starts now, its lease with it.
   IF was_handed THEN
-    SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_pick_up(stamp, true, c.lease) h;
+    SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_pick_up(stamp, true, c.lease, NULL) h;
   END IF;
   IF job IS NULL THEN
     s := nl_hand_out(c, me, stamp);

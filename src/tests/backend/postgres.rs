@@ -508,6 +508,48 @@ fn a_finish_while_a_handed_job_waits_for_its_worker_runs_that_job_and_keeps_the_
     );
 }
 
+#[test]
+fn a_finish_while_another_tenant_s_handed_job_waits_for_its_worker_goes_on_with_the_discipline() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    let mut c = fair_queue(&cluster.url, "keep");
+    let job = |c: &mut postgres::Client, sql: &str| -> Option<i64> {
+        c.query_one(sql, &[]).unwrap().get(0)
+    };
+    // Workers 1 and 2, alive and idle; job 0 of tenant 1 is handed to
+    // worker 1, which picks it up.
+    c.batch_execute("SELECT noisylab_ready(1), noisylab_ready(2)")
+        .unwrap();
+    assert_eq!(job(&mut c, "SELECT job FROM noisylab_take(1, false)"), None);
+    assert_eq!(job(&mut c, "SELECT job FROM noisylab_take(2, false)"), None);
+    c.query_one("SELECT ok FROM noisylab_submit(0, 1, 1)", &[])
+        .unwrap();
+    assert_eq!(
+        job(&mut c, "SELECT job FROM noisylab_take(1, true)"),
+        Some(0)
+    );
+    // Job 1 of tenant 2 is handed to worker 2, slow to hear; job 2 of
+    // tenant 1 waits.
+    c.batch_execute("SELECT noisylab_submit(1, 2, 1); SELECT noisylab_submit(2, 1, 1)")
+        .unwrap();
+    // Worker 1 finishes: it goes on with tenant 1's job 2, as the model's
+    // worker does (there job 1 started at its submit, on worker 2), and
+    // worker 2 picks up job 1, handed to it.
+    assert_eq!(
+        job(&mut c, "SELECT job FROM noisylab_finish(1, 0, 1, NULL)"),
+        Some(2)
+    );
+    assert_eq!(
+        job(&mut c, "SELECT job FROM noisylab_take(2, true)"),
+        Some(1)
+    );
+    let left: i64 = c
+        .query_one("SELECT count(*) FROM handed", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "every job handed out was picked up");
+}
+
 /// A job, its tenant and its lease, as a take or a finish hands it out.
 type Handed = (Option<i64>, Option<i32>, Option<i64>);
 
