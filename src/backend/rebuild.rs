@@ -90,7 +90,8 @@ pub struct Rebuilt {
 /// The server's promise is checked on the way: a job has at most one
 /// accepted finish, and starts again only after it was handed back (its
 /// lease ran out); a server that breaks either fails the run, naming the
-/// job. (PostgreSQL keeps a job's last start and its counts, which say no
+/// job. So does one that stamps a job started before its submit (the
+/// stamps are one clock's, so its wait would be negative). (PostgreSQL keeps a job's last start and its counts, which say no
 /// more than that; Redis logs every event in order.)
 pub fn records(
     mut jobs: Vec<JobRecord>,
@@ -150,6 +151,16 @@ pub fn records(
                 refused_finish[i] = true;
             }
         }
+    }
+    if let Some(j) = jobs
+        .iter()
+        .find(|j| j.started != NEVER && j.started < j.enqueued)
+    {
+        bail!(
+            "the server stamped job {} started {} µs before its submit (a job starts after it is submitted)",
+            j.origin,
+            (j.enqueued - j.started) / 1_000
+        );
     }
     // A job whose lease ran out waited for its last start behind a fault,
     // not behind the dispatch path: not a dispatch-floor sample.
@@ -226,7 +237,8 @@ mod tests {
     }
 
     #[test]
-    fn a_second_accepted_finish_or_a_start_without_a_hand_back_fails_the_run() {
+    fn a_second_accepted_finish_a_start_without_a_hand_back_or_one_before_its_submit_fails_the_run()
+    {
         let twice = rebuilt(&[
             ('e', 0, 0),
             ('e', 1, 0),
@@ -253,6 +265,13 @@ mod tests {
             again
                 .err()
                 .is_some_and(|e| e.to_string().starts_with("the server started job 0 again")),
+        );
+        let early = rebuilt(&[('e', 0, 100), ('s', 0, 40), ('f', 0, 1_040)]);
+        assert_eq!(
+            early.err().map(|e| e.to_string()).as_deref(),
+            Some(
+                "the server stamped job 0 started 60 µs before its submit (a job starts after it is submitted)"
+            )
         );
     }
 }
