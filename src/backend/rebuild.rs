@@ -1,6 +1,6 @@
 //! A run rebuilt from a queue server's stamps: every attempt's instants
-//! and fate, with the server's promise (a job starts again only after it
-//! was handed back, and counts once) checked stamp by stamp.
+//! and fate, with the server's promise (a job starts after its submit,
+//! starts again only after it was handed back, and counts once) checked.
 
 use anyhow::{Result, anyhow, bail};
 
