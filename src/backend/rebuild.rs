@@ -24,6 +24,22 @@ fn ran_twice(jobs: &[JobRecord], refused_finish: &[bool]) -> Result<Vec<u32>> {
         .collect())
 }
 
+/// Fails if the server stamped a job started before its submit (the
+/// stamps are one clock's, so its wait would be negative).
+fn starts_after_submits(jobs: &[JobRecord]) -> Result<()> {
+    if let Some(j) = jobs
+        .iter()
+        .find(|j| j.started != NEVER && j.started < j.enqueued)
+    {
+        bail!(
+            "the server stamped job {} started {} µs before its submit (a job starts after it is submitted)",
+            j.origin,
+            (j.enqueued - j.started) / 1_000
+        );
+    }
+    Ok(())
+}
+
 /// The server's promise, checked stamp by stamp: a job starts again only
 /// after it was handed back, and is finished once.
 struct Promise {
@@ -152,16 +168,7 @@ pub fn records(
             }
         }
     }
-    if let Some(j) = jobs
-        .iter()
-        .find(|j| j.started != NEVER && j.started < j.enqueued)
-    {
-        bail!(
-            "the server stamped job {} started {} µs before its submit (a job starts after it is submitted)",
-            j.origin,
-            (j.enqueued - j.started) / 1_000
-        );
-    }
+    starts_after_submits(&jobs)?;
     // A job whose lease ran out waited for its last start behind a fault,
     // not behind the dispatch path: not a dispatch-floor sample.
     for &job in &redelivered {
