@@ -107,8 +107,9 @@ pub struct Rebuilt {
 /// accepted finish, and starts again only after it was handed back (its
 /// lease ran out); a server that breaks either fails the run, naming the
 /// job. So does one that stamps a job started before its submit (the
-/// stamps are one clock's, so its wait would be negative). (PostgreSQL keeps a job's last start and its counts, which say no
-/// more than that; Redis logs every event in order.)
+/// stamps are one clock's, so its wait would be negative). (PostgreSQL
+/// keeps a job's last start and its counts, which say no more than that;
+/// Redis logs every event in order.)
 pub fn records(
     mut jobs: Vec<JobRecord>,
     index: impl Fn(u32) -> Option<usize>,
