@@ -25,9 +25,31 @@ use std::collections::BTreeSet;
 
 use super::{Back, JobId, Limits, Rejected, Scheduler, TenantId, Tenants};
 
-/// A tenant's place: its counter (non-negative `f64`s order as their bits),
-/// then its id.
+/// A tenant's place: its counter ([`place`]), then its id.
 type Key = (u64, TenantId);
+
+/// A counter as a `u64` that orders as the numbers do. A refund can leave a
+/// counter a rounding error below zero (charged 3.9397… ÷ 3 and 1 ÷ 3, both
+/// refunded: -5.55e-17); the servers order it below zero as a number, so
+/// here too (the sign bit flipped for the non-negative, every bit for the
+/// negative; `+ 0.0` makes -0 equal to 0, as it is on the servers).
+fn place(x: f64) -> u64 {
+    let bits = (x + 0.0).to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
+}
+
+/// The counter a [`place`] was made from.
+fn counter_at(place: u64) -> f64 {
+    f64::from_bits(if place >> 63 == 1 {
+        place & !(1 << 63)
+    } else {
+        !place
+    })
+}
 
 #[derive(Debug)]
 pub struct Vtc {
@@ -121,7 +143,7 @@ impl Vtc {
     /// to leave; it joins the tenants with work.
     fn lift(&mut self, tenant: TenantId) {
         let floor = match self.backlogged.first() {
-            Some(&(floor, _)) => f64::from_bits(floor),
+            Some(&(floor, _)) => counter_at(floor),
             None => self.last_left,
         };
         let t = tenant as usize;
@@ -130,7 +152,7 @@ impl Vtc {
     }
 
     fn key(&self, tenant: TenantId) -> Key {
-        (self.counter[tenant as usize].max(0.0).to_bits(), tenant)
+        (place(self.counter[tenant as usize]), tenant)
     }
 }
 

@@ -653,3 +653,36 @@ fn a_job_handed_back_goes_first_and_frees_its_cap_slot() {
     assert_eq!(v.take(), Some((0, 0)));
     assert_eq!(v.counter(0), 1.5);
 }
+
+#[test]
+fn a_vtc_counter_refunded_below_zero_orders_below_zero() {
+    // Tenant 1 (weight 3) is charged 3.9397… ÷ 3 and 1 ÷ 3, then both are
+    // refunded: a rounding error below zero. Tenant 0, charged 1 and
+    // refunded, is at exactly zero. The lower number goes first, as on the
+    // servers, not the lower id.
+    let unlimited = Limits {
+        cap: u32::MAX,
+        limit: u32::MAX,
+    };
+    let mut v = Vtc::new(
+        3,
+        unlimited,
+        vec![1.0, 3.0, 1.0],
+        vec![1.0, 3.939709701895592, 1.0, 1.0],
+    );
+    v.push(2, 0).unwrap(); // holds the lift's floor at zero
+    v.push(0, 3).unwrap();
+    assert_eq!(v.take(), Some((0, 3)));
+    v.push(1, 1).unwrap();
+    assert_eq!(v.take(), Some((1, 1)));
+    v.push(1, 2).unwrap();
+    assert_eq!(v.take(), Some((2, 0)));
+    assert_eq!(v.take(), Some((1, 2)));
+    v.requeue(0, 3);
+    v.requeue(1, 1);
+    v.requeue(1, 2);
+    assert_eq!(v.counter(0), 0.0);
+    assert_eq!(v.counter(1), -5.551115123125783e-17);
+    assert_eq!(v.take(), Some((1, 1)));
+    assert_eq!(v.take(), Some((0, 3)));
+}
