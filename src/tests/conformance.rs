@@ -594,16 +594,38 @@ fn redis_server() -> Option<String> {
     )?;
     let (tx, rx) = std::sync::mpsc::channel();
     // Started on a thread that lives as long as this process: the server
-    // dies with the thread that started it (`PR_SET_PDEATHSIG`).
+    // dies with the thread that started it (`PR_SET_PDEATHSIG`), and its
+    // folder, which no destructor removes, goes when the process exits.
     std::thread::spawn(move || {
         let server = noisylab::backend::redis::server::OwnedServer::start(false)
             .expect("a Redis server for the shim");
+        remove_at_exit(server.dir().to_path_buf());
         tx.send(server.url.clone()).unwrap();
         loop {
             std::thread::park();
         }
     });
     Some(rx.recv().unwrap())
+}
+
+/// Folders to remove when this process exits.
+static AT_EXIT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Remove `dir` when this process exits (the test harness's `exit`).
+fn remove_at_exit(dir: PathBuf) {
+    extern "C" fn remove() {
+        let dirs = std::mem::take(&mut *AT_EXIT.lock().unwrap_or_else(|e| e.into_inner()));
+        for dir in dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    // SAFETY: `remove` is a plain function that only touches the file
+    // system and a mutex no other exit handler holds.
+    REGISTER.call_once(|| unsafe {
+        libc::atexit(remove);
+    });
+    AT_EXIT.lock().unwrap_or_else(|e| e.into_inner()).push(dir);
 }
 
 /// Start a shim with the smoke lab's workers and read the URL it prints;

@@ -115,6 +115,12 @@ impl OwnedServer {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Its folder (its log; its append-only file where it persists),
+    /// removed when it is dropped.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
 /// `redis-server` on `port` in `dir`, persistence off or (`persist`) an
