@@ -203,3 +203,38 @@ impl Scheduler for Vtc {
         self.tenants.note_key(job, key);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{counter_at, place};
+
+    #[test]
+    fn places_order_as_the_counters_and_give_them_back() {
+        let counters = [
+            -1.5,
+            -5.551115123125783e-17,
+            -0.0,
+            0.0,
+            f64::from_bits(1),
+            1.0 / 3.0,
+            1.0,
+            1e300,
+        ];
+        for pair in counters.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            assert_eq!(
+                place(a).cmp(&place(b)),
+                a.partial_cmp(&b).unwrap(),
+                "{a} and {b}"
+            );
+        }
+        for x in counters {
+            assert_eq!(counter_at(place(x)), x);
+        }
+        assert_eq!(
+            counter_at(place(-0.0)).to_bits(),
+            0.0f64.to_bits(),
+            "-0 is 0"
+        );
+    }
+}
