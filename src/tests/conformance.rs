@@ -298,10 +298,10 @@ fn a_stopped_worker_s_job_is_fenced_and_counted_once(subject: &Subject) {
 /// figure it is [`Held`] to; the model itself gives the same lab twice for
 /// a seed. A real-clock lab with a figure outside is run once more, its
 /// first try's figures on stderr, and the second must hold: a lab this
-/// short (0.7 s a strategy) on a shared machine can lose a few
-/// milliseconds of a 2–8 ms makespan tolerance to a neighbour's load in
-/// one try of a dozen, where a backend that breaks the model is outside on
-/// every try.
+/// short (0.7 s a strategy) on a shared machine can lose a makespan's 2–8
+/// ms tolerance to a neighbour's load (on a 2-core VM, 2 of 48 tries of
+/// the three subjects held to their makespans, each under a millisecond
+/// past), where a backend that breaks the model breaks it on both tries.
 fn the_smoke_lab_reproduces_the_model(subject: &Subject) {
     let mut s = smoke();
     if !subject.carries(Capability::Discipline) {
