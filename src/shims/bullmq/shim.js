@@ -30,10 +30,20 @@ async function report(job, event) {
   await res.arrayBuffer();
 }
 
+// Hold for `ms` by the monotonic clock. A timer alone can end early: it
+// counts from the event loop's clock as of its last turn, which may be
+// older than the instant the timer was set.
+async function hold(ms) {
+  const until = performance.now() + ms;
+  for (let left = ms; left > 0; left = until - performance.now()) {
+    await new Promise((done) => setTimeout(done, left));
+  }
+}
+
 const queue = new Queue(args.queue, { connection });
 const worker = new Worker(args.queue, async (job) => {
   await report(job.data, 'start');
-  await new Promise((done) => setTimeout(done, job.data.hold_ms));
+  await hold(job.data.hold_ms);
   await report(job.data, 'end');
 }, { connection, concurrency: Number(args.workers) });
 
