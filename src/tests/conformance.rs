@@ -186,6 +186,9 @@ fn most_at_once(jobs: &[JobRecord]) -> (i32, i32) {
 /// Where a backend does not carry what a check needs, the lab refuses the
 /// check's scenario before anything starts, naming the backend.
 fn refuses(subject: &Subject, scenario: Scenario) {
+    // In turn: reaching a team's queue the first time starts it (its Redis
+    // and its shim), which would load another check's real-clock lab.
+    let _turn = one_at_a_time();
     let Some(plan) = subject.lab(scenario) else {
         return;
     };
@@ -307,8 +310,8 @@ fn the_smoke_lab_reproduces_the_model(subject: &Subject) {
     if !subject.carries(Capability::Discipline) {
         s.select(&["Shared FIFO".to_string()]).unwrap();
     }
-    let Some(plan) = subject.lab(s) else { return };
     let _turn = one_at_a_time();
+    let Some(plan) = subject.lab(s) else { return };
     let lab = || lab::run(&plan, &AtomicBool::new(false), &Progress::hidden()).unwrap();
     if subject.on_model {
         let figures = |o: &lab::LabOutcome| serde_json::to_value(&o.results.strategies).unwrap();
