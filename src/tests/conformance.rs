@@ -575,6 +575,79 @@ fn celery() -> Option<QueueBackend> {
 /// Where `make shims` puts Celery's environment.
 const CELERY_PYTHON: &str = "target/shims/celery/bin/python";
 
+#[test]
+fn the_celery_shim_leaves_nothing_in_the_temporary_folder() {
+    // Celery's pool makes a folder of its own there, which its worker
+    // leaves behind where it cannot shut down cleanly: killed here, and at
+    // the end of this suite in some runs (the shims' Redis servers, their
+    // standard input and the harness's pipes go at once). Its turn: a
+    // Celery worker starting beside another check's real-clock lab would
+    // load it.
+    let _turn = one_at_a_time();
+    let python = Path::new(CELERY_PYTHON);
+    if needs("Celery (make shims)", python.is_file()).is_none()
+        || needs(
+            "redis-server",
+            noisylab::backend::process::on_path("redis-server").is_some(),
+        )
+        .is_none()
+    {
+        return;
+    }
+    let broker = noisylab::backend::redis::server::OwnedServer::start(false)
+        .expect("a Redis server for the shim");
+    let tmp = std::env::temp_dir().join(format!("noisylab-celery-tmp-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut child = std::process::Command::new(python)
+        .args(["src/shims/celery/shim.py", "--port", "0", "--workers", "2"])
+        .args(["--redis", &broker.url, "--until-stdin-closes"])
+        .env("TMPDIR", &tmp)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the shim starts");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(
+        line.starts_with("listening on "),
+        "the shim's first line: {line:?}"
+    );
+    let workers = children_of(child.id());
+    assert_eq!(workers.len(), 1, "the shim runs one Celery worker");
+    // SAFETY: a signal to a process this test started (through the shim).
+    unsafe { libc::kill(workers[0] as i32, libc::SIGKILL) };
+    // Its standard input closed: the shim exits.
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    std::fs::remove_dir_all(&tmp).unwrap();
+    drop(broker);
+    assert!(left.is_empty(), "left in the temporary folder: {left:?}");
+}
+
+/// The processes whose parent is `pid` (Linux's `/proc`).
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            // The parent is the field after the command's closing bracket.
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
 /// `Some` where `what` is installed; else `None`, said once, or a failure
 /// under `NOISYLAB_REQUIRE_SERVERS` (CI).
 fn needs(what: &str, installed: bool) -> Option<()> {

@@ -16,9 +16,11 @@ import ctypes
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -89,10 +91,17 @@ def main():
     args = ap.parse_args()
     os.environ["NOISYLAB_REDIS"] = args.redis
     app.conf.broker_url = args.redis
+    # The worker's temporary files (its pool's folder, which a worker that
+    # cannot shut down cleanly leaves behind) go in a folder this process
+    # removes once the worker is gone; a `kill` of this process ends it
+    # through that cleanup too.
+    tmp = tempfile.mkdtemp(prefix="noisylab-celery-")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "shim", "worker",
          "--concurrency", str(args.workers), "--loglevel", "WARNING"],
         cwd=os.path.dirname(os.path.abspath(__file__)),
+        env={**os.environ, "TMPDIR": tmp},
         stdout=sys.stderr,  # this process's standard output says only its URL
         preexec_fn=die_with_parent,
     )
@@ -119,6 +128,7 @@ def main():
         except subprocess.TimeoutExpired:  # its broker is gone too
             worker.kill()
             worker.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
