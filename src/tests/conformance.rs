@@ -598,24 +598,16 @@ fn the_celery_shim_leaves_nothing_in_the_temporary_folder() {
         .expect("a Redis server for the shim");
     let tmp = std::env::temp_dir().join(format!("noisylab-celery-tmp-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
-    let mut child = std::process::Command::new(python)
-        .args(["src/shims/celery/shim.py", "--port", "0", "--workers", "2"])
-        .args(["--redis", &broker.url, "--until-stdin-closes"])
-        .env("TMPDIR", &tmp)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("the shim starts");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert!(
-        line.starts_with("listening on "),
-        "the shim's first line: {line:?}"
-    );
+    let mut cmd = std::process::Command::new(python);
+    cmd.args([
+        "src/shims/celery/shim.py",
+        "--port",
+        "0",
+        "--redis",
+        &broker.url,
+    ])
+    .env("TMPDIR", &tmp);
+    let (mut child, _) = start_shim(cmd, 2);
     let workers = children_of(child.id());
     assert_eq!(workers.len(), 1, "the shim runs one Celery worker");
     // SAFETY: a signal to a process this test started (through the shim).
@@ -706,9 +698,19 @@ fn remove_at_exit(dir: PathBuf) {
 
 /// Start a shim with the smoke lab's workers and read the URL it prints;
 /// it exits when this process does (its standard input closes).
-fn shim(mut cmd: std::process::Command) -> Option<String> {
+fn shim(cmd: std::process::Command) -> Option<String> {
+    let (mut child, url) = start_shim(cmd, smoke().workers);
+    // Kept open until this process exits: the shim exits then.
+    std::mem::forget(child.stdin.take());
+    std::mem::forget(child);
+    Some(url)
+}
+
+/// Start a shim with `workers` workers, to exit when its standard input
+/// closes: the shim, and the URL it prints first.
+fn start_shim(mut cmd: std::process::Command, workers: u32) -> (std::process::Child, String) {
     let mut child = cmd
-        .args(["--workers", &smoke().workers.to_string()])
+        .args(["--workers", &workers.to_string()])
         .arg("--until-stdin-closes")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -722,10 +724,8 @@ fn shim(mut cmd: std::process::Command) -> Option<String> {
     .unwrap();
     let url = line.trim().strip_prefix("listening on ");
     assert!(url.is_some(), "the shim's first line: {line:?}");
-    // Kept open until this process exits: the shim exits then.
-    std::mem::forget(child.stdin.take());
-    std::mem::forget(child);
-    url.map(str::to_string)
+    let url = url.unwrap().to_string();
+    (child, url)
 }
 
 fn yours(url: &Option<String>) -> Option<QueueBackend> {
