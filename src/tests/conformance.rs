@@ -585,19 +585,15 @@ fn the_celery_shim_leaves_nothing_in_the_temporary_folder() {
     // load it.
     let _turn = one_at_a_time();
     let python = Path::new(CELERY_PYTHON);
-    if needs("Celery (make shims)", python.is_file()).is_none()
-        || needs(
-            "redis-server",
-            noisylab::backend::process::on_path("redis-server").is_some(),
-        )
+    if needs("Celery (make shims)", python.is_file())
+        .and_then(|()| redis_installed())
         .is_none()
     {
         return;
     }
     let broker = noisylab::backend::redis::server::OwnedServer::start(false)
         .expect("a Redis server for the shim");
-    let tmp = std::env::temp_dir().join(format!("noisylab-celery-tmp-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
     let mut cmd = std::process::Command::new(python);
     cmd.args([
         "src/shims/celery/shim.py",
@@ -606,7 +602,7 @@ fn the_celery_shim_leaves_nothing_in_the_temporary_folder() {
         "--redis",
         &broker.url,
     ])
-    .env("TMPDIR", &tmp);
+    .env("TMPDIR", tmp.path());
     let (mut child, _) = start_shim(cmd, 2);
     let workers = children_of(child.id());
     assert_eq!(workers.len(), 1, "the shim runs one Celery worker");
@@ -615,12 +611,10 @@ fn the_celery_shim_leaves_nothing_in_the_temporary_folder() {
     // Its standard input closed: the shim exits.
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
-    let left: Vec<_> = std::fs::read_dir(&tmp)
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    std::fs::remove_dir_all(&tmp).unwrap();
-    drop(broker);
     assert!(left.is_empty(), "left in the temporary folder: {left:?}");
 }
 
@@ -654,12 +648,17 @@ fn needs(what: &str, installed: bool) -> Option<()> {
     None
 }
 
-/// A Redis server for a shim, its URL.
-fn redis_server() -> Option<String> {
+/// `Some` where `redis-server` is on the path (as [`needs`]).
+fn redis_installed() -> Option<()> {
     needs(
         "redis-server",
         noisylab::backend::process::on_path("redis-server").is_some(),
-    )?;
+    )
+}
+
+/// A Redis server for a shim, its URL.
+fn redis_server() -> Option<String> {
+    redis_installed()?;
     let (tx, rx) = std::sync::mpsc::channel();
     // Started on a thread that lives as long as this process: the server
     // dies with the thread that started it (`PR_SET_PDEATHSIG`), and its
@@ -722,9 +721,9 @@ fn start_shim(mut cmd: std::process::Command, workers: u32) -> (std::process::Ch
         &mut line,
     )
     .unwrap();
-    let url = line.trim().strip_prefix("listening on ");
-    assert!(url.is_some(), "the shim's first line: {line:?}");
-    let url = url.unwrap().to_string();
+    let url = (line.trim().strip_prefix("listening on "))
+        .unwrap_or_else(|| panic!("the shim's first line: {line:?}"))
+        .to_string();
     (child, url)
 }
 
