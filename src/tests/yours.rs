@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use noisylab::backend::QueueBackend;
 use noisylab::backend::yours::YoursPlan;
+use noisylab::backend::yours::collector::Collector;
+use noisylab::backend::yours::listen::{Answer, Listening, serve};
 use noisylab::engine::Timer;
 use noisylab::lab::{self, LabPlan};
 use noisylab::output::progress::Progress;
@@ -38,6 +40,19 @@ fn treat(n: u64) -> Treat {
     }
 }
 
+/// An enqueue endpoint on a free port that answers each posted job as
+/// `answer` says: it, listening, and its URL.
+fn listen(
+    answer: impl Fn(serde_json::Value) -> Answer + Send + Sync + 'static,
+) -> (Listening, String) {
+    let server = serve("127.0.0.1:0", 1 << 16, move |asked| {
+        answer(serde_json::from_slice(&asked.body).unwrap())
+    })
+    .unwrap();
+    let url = format!("http://{}/jobs", server.addr);
+    (server, url)
+}
+
 /// POST `body` to `url` and read the status.
 fn post(agent: &ureq::Agent, url: &str, body: &serde_json::Value) -> u16 {
     let mut r = agent
@@ -52,8 +67,6 @@ fn post(agent: &ureq::Agent, url: &str, body: &serde_json::Value) -> u16 {
 /// The misbehaving queue: an enqueue endpoint on a free port and `workers`
 /// worker threads. Returns its URL.
 fn start_queue(workers: usize) -> String {
-    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/jobs", server.server_addr().to_ip().unwrap());
     let (tx, rx) = mpsc::channel::<serde_json::Value>();
     let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
     for _ in 0..workers {
@@ -87,23 +100,18 @@ fn start_queue(workers: usize) -> String {
             }
         });
     }
-    std::thread::spawn(move || {
-        for mut request in server.incoming_requests() {
-            let mut body = String::new();
-            request.as_reader().read_to_string(&mut body).unwrap();
-            let job: serde_json::Value = serde_json::from_str(&body).unwrap();
-            let status = match treat(job["job"].as_u64().unwrap()) {
-                Treat::Refuse => 429,
-                Treat::Fail => 500,
-                Treat::Lose => 202,
-                Treat::Run | Treat::StartTwice => {
-                    tx.send(job).unwrap();
-                    202
-                }
-            };
-            let _ = request.respond(tiny_http::Response::empty(status));
-        }
+    let (server, url) = listen(move |job| {
+        Answer::status(match treat(job["job"].as_u64().unwrap()) {
+            Treat::Refuse => 429,
+            Treat::Fail => 500,
+            Treat::Lose => 202,
+            Treat::Run | Treat::StartTwice => {
+                tx.send(job).unwrap();
+                202
+            }
+        })
     });
+    std::mem::forget(server);
     url
 }
 
@@ -217,34 +225,28 @@ fn what_a_team_s_queue_does_not_run_is_refused_before_it_starts() {
 /// A queue that refuses every job's first attempt, saying "Retry-After:
 /// 0.2", and runs every other at once on a thread of its own.
 fn refusing_queue() -> String {
-    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/jobs", server.server_addr().to_ip().unwrap());
-    std::thread::spawn(move || {
-        for mut request in server.incoming_requests() {
-            let mut body = String::new();
-            request.as_reader().read_to_string(&mut body).unwrap();
-            let job: serde_json::Value = serde_json::from_str(&body).unwrap();
-            if job["attempt"] == 1 {
-                let header = tiny_http::Header::from_bytes("Retry-After", "0.2").unwrap();
-                let _ = request.respond(tiny_http::Response::empty(429).with_header(header));
-                continue;
-            }
-            let _ = request.respond(tiny_http::Response::empty(202));
-            std::thread::spawn(move || {
-                let agent = ureq::Agent::new_with_defaults();
-                let report = job["report"].as_str().unwrap().to_string();
-                let id = serde_json::json!({
-                    "run": job["run"], "job": job["job"], "attempt": job["attempt"],
-                    "secret": job["secret"],
-                });
-                assert_eq!(post(&agent, &format!("{report}/start"), &id), 204);
-                std::thread::sleep(Duration::from_secs_f64(
-                    job["hold_ms"].as_f64().unwrap() / 1e3,
-                ));
-                assert_eq!(post(&agent, &format!("{report}/end"), &id), 204);
-            });
+    let (server, url) = listen(|job| {
+        if job["attempt"] == 1 {
+            let mut refused = Answer::status(429);
+            refused.headers.push(("Retry-After", "0.2".into()));
+            return refused;
         }
+        std::thread::spawn(move || {
+            let agent = ureq::Agent::new_with_defaults();
+            let report = job["report"].as_str().unwrap().to_string();
+            let id = serde_json::json!({
+                "run": job["run"], "job": job["job"], "attempt": job["attempt"],
+                "secret": job["secret"],
+            });
+            assert_eq!(post(&agent, &format!("{report}/start"), &id), 204);
+            std::thread::sleep(Duration::from_secs_f64(
+                job["hold_ms"].as_f64().unwrap() / 1e3,
+            ));
+            assert_eq!(post(&agent, &format!("{report}/end"), &id), 204);
+        });
+        Answer::status(202)
     });
+    std::mem::forget(server);
     url
 }
 
@@ -363,5 +365,68 @@ fn the_job_posted_is_the_one_the_protocol_page_describes() {
             _ => false,
         };
         assert!(fits, "{name}: {value} is not a {kind}");
+    }
+}
+
+/// The collector reads every connection as soon as it is accepted, however
+/// many are held open at once: a report never waits for another connection
+/// to close. (tiny_http 0.12's pool left one of 5 connections opened at
+/// once unread in 22 of 100 tries, until another closed; a Node.js client
+/// closes an idle connection after 4 s, and the report was stamped that
+/// much late.)
+#[test]
+fn the_collector_reads_every_connection_held_open_at_once() {
+    use std::io::{BufRead, BufReader, Write};
+    const HELD: u64 = 16;
+    for _ in 0..20 {
+        let collector = Collector::start(
+            "127.0.0.1:0",
+            "run".into(),
+            "secret".into(),
+            HELD as usize,
+            std::time::Instant::now(),
+        )
+        .unwrap();
+        let addr = collector.url.strip_prefix("http://").unwrap().to_string();
+        let clients: Vec<_> = (0..HELD)
+            .map(|job| {
+                let addr = addr.clone();
+                std::thread::spawn(move || {
+                    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+                    let body = serde_json::json!({
+                        "run": "run", "job": job, "attempt": 1, "secret": "secret",
+                    })
+                    .to_string();
+                    let head = format!(
+                        "POST /start HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    stream.write_all((head + &body).as_bytes()).unwrap();
+                    // Far longer than an answer takes; the connection stays
+                    // open until every client has its answer.
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(10)))
+                        .unwrap();
+                    let mut line = String::new();
+                    let read = BufReader::new(&stream).read_line(&mut line);
+                    (read.map(|_| line), stream)
+                })
+            })
+            .collect();
+        let answers: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+        for (job, (line, _)) in answers.iter().enumerate() {
+            let line = line.as_ref().map_err(|e| e.to_string());
+            assert!(
+                line.as_ref().is_ok_and(|l| l.starts_with("HTTP/1.1 204")),
+                "connection {job} of {HELD} held open at once: {line:?}"
+            );
+        }
+        let reports = collector.reports.lock().unwrap();
+        assert!(
+            reports
+                .started
+                .iter()
+                .all(|&s| s != noisylab::engine::NEVER)
+        );
     }
 }

@@ -8,15 +8,13 @@
 //! [`MAX_BODY`] bytes is answered 413. The first start and the first end of
 //! a job count; a later one is counted as a duplicate.
 
-use std::io::Read;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Result, anyhow};
 use serde::Deserialize;
 
+use super::listen::{Answer, Asked, Listening, serve};
 use crate::engine::{NEVER, Nanos};
 
 /// The largest report body read; a report is about 100 bytes.
@@ -47,10 +45,8 @@ struct Report {
 
 /// The collector of one run, listening until dropped.
 pub struct Collector {
-    server: Arc<tiny_http::Server>,
+    _listening: Listening,
     pub reports: Arc<Mutex<Reports>>,
-    done: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
     /// The base URL reports go to (`http://ADDR`).
     pub url: String,
 }
@@ -66,13 +62,6 @@ impl Collector {
         jobs: usize,
         origin: Instant,
     ) -> Result<Collector> {
-        let server = tiny_http::Server::http(listen)
-            .map_err(|e| anyhow!("the collector cannot listen on {listen}: {e}"))?;
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| anyhow!("the collector listens on no IP address"))?;
-        let server = Arc::new(server);
         let reports = Arc::new(Mutex::new(Reports {
             started: vec![NEVER; jobs],
             ended: vec![NEVER; jobs],
@@ -81,29 +70,16 @@ impl Collector {
             refused: 0,
             last: Instant::now(),
         }));
-        let done = Arc::new(AtomicBool::new(false));
-        let key = Arc::new((run, secret));
-        let threads = (0..2)
-            .map(|_| {
-                let (server, reports, done, key) =
-                    (server.clone(), reports.clone(), done.clone(), key.clone());
-                std::thread::spawn(move || {
-                    while !done.load(Ordering::Relaxed) {
-                        match server.recv_timeout(Duration::from_millis(50)) {
-                            Ok(Some(request)) => serve(request, &reports, &key, origin),
-                            Ok(None) => {}
-                            Err(_) => break,
-                        }
-                    }
-                })
-            })
-            .collect();
+        let key = (run, secret);
+        let stamped = reports.clone();
+        let listening = serve(listen, MAX_BODY, move |asked| {
+            Answer::status(report(asked, &stamped, &key, origin))
+        })
+        .map_err(|e| anyhow!("the collector {e}"))?;
         Ok(Collector {
-            server,
+            url: format!("http://{}", listening.addr),
+            _listening: listening,
             reports,
-            done,
-            threads,
-            url: format!("http://{addr}"),
         })
     }
 }
@@ -124,45 +100,18 @@ impl Collector {
     }
 }
 
-impl Drop for Collector {
-    fn drop(&mut self) {
-        self.done.store(true, Ordering::Relaxed);
-        self.server.unblock();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Stamp one report, or refuse it, and answer.
-fn serve(
-    mut request: tiny_http::Request,
-    reports: &Mutex<Reports>,
-    key: &(String, String),
-    origin: Instant,
-) {
-    let at = origin.elapsed().as_nanos() as Nanos;
-    let start = match (request.method(), request.url()) {
-        (tiny_http::Method::Post, "/start") => true,
-        (tiny_http::Method::Post, "/end") => false,
-        _ => return answer(request, 404),
+/// Stamp one report, or refuse it: the status to answer with.
+fn report(asked: Asked, reports: &Mutex<Reports>, key: &(String, String), origin: Instant) -> u16 {
+    let at = asked.at.saturating_duration_since(origin).as_nanos() as Nanos;
+    let start = match (&asked.method, asked.path.as_str()) {
+        (&hyper::Method::POST, "/start") => true,
+        (&hyper::Method::POST, "/end") => false,
+        _ => return 404,
     };
-    if request.body_length().is_some_and(|n| n > MAX_BODY) {
-        return answer(request, 413);
-    }
-    let mut body = Vec::with_capacity(128);
-    let read = request
-        .as_reader()
-        .take(MAX_BODY as u64 + 1)
-        .read_to_end(&mut body);
-    if read.is_err() || body.len() > MAX_BODY {
-        return answer(request, 413);
-    }
-    let status = match serde_json::from_slice::<Report>(&body) {
+    match serde_json::from_slice::<Report>(&asked.body) {
         Err(_) => 400,
         Ok(r) => stamp(&mut reports.lock().unwrap(), &r, key, start, at),
-    };
-    answer(request, status);
+    }
 }
 
 /// Stamp a parsed report: the status to answer with.
@@ -193,8 +142,4 @@ fn stamp(r: &mut Reports, report: &Report, key: &(String, String), start: bool, 
         r.ends += 1;
     }
     204
-}
-
-fn answer(request: tiny_http::Request, status: u16) {
-    let _ = request.respond(tiny_http::Response::empty(status));
 }

@@ -15,6 +15,7 @@
 
 pub mod collector;
 pub mod enqueue;
+pub mod listen;
 pub mod play;
 
 use std::net::{TcpStream, ToSocketAddrs};
