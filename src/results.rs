@@ -327,6 +327,26 @@ pub struct CarrierFigures {
     pub duplicate_reports: u64,
     /// Reports refused: without the run's secret, or naming no job of it.
     pub refused_reports: u64,
+    /// Jobs left waiting while a worker sat idle and nothing of their
+    /// tenant's ran (missed wake-ups); `None` in files from before it was
+    /// counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed_over: Option<PassedOver>,
+}
+
+/// Jobs a team's queue left waiting, for at least 100 ms at a stretch,
+/// while a worker sat idle and none of their tenant's jobs ran: no
+/// strategy of the post's does that, so a worker missed a wake-up
+/// (docs/your-queue.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassedOver {
+    /// How many.
+    pub jobs: u64,
+    /// The longest wait, queued to started, of one of them.
+    pub wait_s_max: f64,
+    /// The most workers idle at once while one of them waited.
+    pub idle_max: u32,
 }
 
 impl Figures {

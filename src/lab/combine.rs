@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use crate::results::{
     CarrierFigures, ClassFaults, ClassFigures, Delivery, Fairness, FaultFigures, FaultRecovery,
-    Figures, QueueFigures, Refused, RunResult, Slowdown, StrategyResults, TenantFigures,
+    Figures, PassedOver, QueueFigures, Refused, RunResult, Slowdown, StrategyResults,
+    TenantFigures,
 };
 use crate::scenario::Strategy;
 use crate::stats::{Percentiles, median};
@@ -130,6 +131,22 @@ fn combine_carrier(runs: &[&Figures], pick: Pick) -> Option<CarrierFigures> {
         lost: count(&|c| c.lost),
         duplicate_reports: count(&|c| c.duplicate_reports),
         refused_reports: count(&|c| c.refused_reports),
+        passed_over: combine_passed_over(&cs, pick),
+    })
+}
+
+/// `pick` of the jobs passed over, their longest wait and the most workers
+/// idle, across the runs that counted them.
+fn combine_passed_over(cs: &[&CarrierFigures], pick: Pick) -> Option<PassedOver> {
+    let ps: Vec<PassedOver> = cs.iter().filter_map(|c| c.passed_over).collect();
+    if ps.is_empty() {
+        return None;
+    }
+    let f = |get: &dyn Fn(&PassedOver) -> f64| pick_all(ps.iter().map(get), pick);
+    Some(PassedOver {
+        jobs: f(&|p| p.jobs as f64).round() as u64,
+        wait_s_max: f(&|p| p.wait_s_max),
+        idle_max: f(&|p| p.idle_max as f64).round() as u32,
     })
 }
 

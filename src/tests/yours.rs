@@ -430,3 +430,53 @@ fn the_collector_reads_every_connection_held_open_at_once() {
         );
     }
 }
+
+/// A queue whose workers hear of each job 200 ms after it was accepted, as
+/// a worker that polls, or that misses the signal of an arrival, does:
+/// every job waits that long, the first of the run beside idle workers
+/// with nothing of its tenant's running. The report names the jobs passed
+/// over.
+#[test]
+fn a_queue_that_wakes_late_has_its_jobs_named_as_passed_over() {
+    const LATE: Duration = Duration::from_millis(200);
+    let (tx, rx) = mpsc::channel::<(std::time::Instant, serde_json::Value)>();
+    let tx = std::sync::Mutex::new(tx);
+    let (server, url) = listen(move |job| {
+        tx.lock()
+            .unwrap()
+            .send((std::time::Instant::now(), job))
+            .unwrap();
+        Answer::status(202)
+    });
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+    let s = smoke_fifo();
+    for _ in 0..s.workers {
+        let rx = rx.clone();
+        std::thread::spawn(move || {
+            let agent = ureq::Agent::new_with_defaults();
+            while let Ok((accepted, job)) = rx.lock().unwrap().recv() {
+                std::thread::sleep(
+                    (accepted + LATE).saturating_duration_since(std::time::Instant::now()),
+                );
+                let report = job["report"].as_str().unwrap().to_string();
+                let id = serde_json::json!({
+                    "run": job["run"], "job": job["job"], "attempt": job["attempt"],
+                    "secret": job["secret"],
+                });
+                assert_eq!(post(&agent, &format!("{report}/start"), &id), 204);
+                std::thread::sleep(Duration::from_secs_f64(
+                    job["hold_ms"].as_f64().unwrap() / 1e3,
+                ));
+                assert_eq!(post(&agent, &format!("{report}/end"), &id), 204);
+            }
+        });
+    }
+    let plan = lab_on(&url, Duration::from_millis(500));
+    let outcome = lab::run(&plan, &AtomicBool::new(false), &Progress::hidden()).unwrap();
+    drop(server);
+    let figures = &outcome.results.strategies[0].runs[0].figures;
+    let passed = (figures.carrier.and_then(|c| c.passed_over)).expect("the jobs passed over");
+    assert!(passed.jobs >= 1, "{passed:?}");
+    assert!(passed.wait_s_max >= LATE.as_secs_f64(), "{passed:?}");
+    assert!(passed.idle_max >= 1, "{passed:?}");
+}

@@ -16,6 +16,7 @@
 pub mod collector;
 pub mod enqueue;
 pub mod listen;
+pub mod passed;
 pub mod play;
 
 use std::net::{TcpStream, ToSocketAddrs};
@@ -229,6 +230,7 @@ fn run_record(
         .filter(|&&t| t != NEVER)
         .count() as u64;
     drop(r);
+    posts.carried.passed_over = Some(passed::passed_over(&jobs, pool.workers));
     let mut stats = stats_from_records(pool, &jobs, &vec![false; jobs.len()], end);
     stats.retry_after_s_max = posts.retry_after_s_max;
     let server = ServerMeasures {
