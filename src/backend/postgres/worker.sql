@@ -29,23 +29,27 @@ BEGIN
   RETURN false;
 END $$;
 
--- Worker `me` asks for a job at `stamp`, at the run's start (`woken`
--- false) or woken (true), the queue locked: (job, tenant, lease), or nulls
--- (it is idle: it waits for a wake).
-CREATE FUNCTION nl_take_call(INOUT c cfg, me int, woken boolean, stamp bigint, OUT job bigint,
-                             OUT tenant int, OUT lease bigint) LANGUAGE plpgsql AS $$
+-- Worker `me`, calling, out of the woken line: whether it was woken for
+-- a job a submit handed out. A worker that calls has heard any wake sent
+-- to it, whatever its call says: a call sent again after its connection
+-- dropped may follow a wake lost with that connection, and a worker left
+-- both woken and idle would be woken twice.
+CREATE FUNCTION nl_unwake(INOUT c cfg, me int, OUT was_handed boolean) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE
-  was_handed boolean := false;
-  s record;
 BEGIN
-  IF woken THEN
-    DELETE FROM woken w WHERE w.worker = me RETURNING w.handed INTO was_handed;
-    IF FOUND AND NOT was_handed THEN c.pending := c.pending - 1; END IF;
-  END IF;
-  c := (nl_reap(c, stamp)).c;
-  -- Woken for a job a submit handed out: the first one handed, which
-  -- starts now, its lease with it.
+  DELETE FROM woken w WHERE w.worker = me RETURNING w.handed INTO was_handed;
+  IF FOUND AND NOT was_handed THEN c.pending := c.pending - 1; END IF;
+  was_handed := coalesce(was_handed, false);
+END $$;
+
+-- Worker `me`'s next job at `stamp`, the queue locked: woken for a job a
+-- submit handed out (`was_handed`), the first one handed, which starts
+-- now, its lease with it; else the discipline's next (nl_hand_out).
+CREATE FUNCTION nl_next_for(INOUT c cfg, me int, was_handed boolean, stamp bigint,
+                            OUT job bigint, OUT tenant int, OUT lease bigint) LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE s record;
+BEGIN
   IF was_handed THEN
     SELECT h.job, h.tenant, h.lease INTO job, tenant, lease FROM nl_pick_up(stamp, true, c.lease, NULL) h;
   END IF;
@@ -53,6 +57,23 @@ BEGIN
     s := nl_hand_out(c, me, stamp);
     c := s.c; job := s.job; tenant := s.tenant; lease := s.lease;
   END IF;
+END $$;
+
+-- Worker `me` asks for a job at `stamp`, at the run's start (`woken`
+-- false) or woken (true), the queue locked: (job, tenant, lease), or nulls
+-- (it is idle: it waits for a wake). The woken line, not `woken`, says
+-- whether a wake was sent to it (nl_unwake); `woken` is what the worker
+-- heard.
+CREATE FUNCTION nl_take_call(INOUT c cfg, me int, woken boolean, stamp bigint, OUT job bigint,
+                             OUT tenant int, OUT lease bigint) LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+  u record := nl_unwake(c, me);
+  s record;
+BEGIN
+  c := (nl_reap(u.c, stamp)).c;
+  s := nl_next_for(c, me, u.was_handed, stamp);
+  c := s.c; job := s.job; tenant := s.tenant; lease := s.lease;
 END $$;
 
 -- Worker `me`'s job p_job of tenant p_t, taken with lease p_lease, is done
@@ -65,9 +86,11 @@ CREATE FUNCTION nl_finish_call(INOUT c cfg, me int, p_job bigint, p_t int, p_lea
                                stamp bigint, OUT job bigint, OUT tenant int, OUT lease bigint)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
-DECLARE s record;
+DECLARE
+  u record := nl_unwake(c, me);
+  s record;
 BEGIN
-  c := (nl_reap(c, stamp)).c;
+  c := (nl_reap(u.c, stamp)).c;
   UPDATE job j SET state = 'f', finished = stamp
     WHERE j.id = p_job AND j.state = 'r' AND (c.lease IS NULL OR j.lid = p_lease);
   IF FOUND THEN
@@ -79,7 +102,7 @@ BEGIN
   ELSIF NOT EXISTS (SELECT 1 FROM job j WHERE j.id = p_job AND j.state = 'f' AND j.lid = p_lease) THEN
     UPDATE job j SET late = late + 1 WHERE j.id = p_job;
   END IF;
-  s := nl_hand_out(c, me, stamp);
+  s := nl_next_for(c, me, u.was_handed, stamp);
   c := s.c; job := s.job; tenant := s.tenant; lease := s.lease;
 END $$;
 

@@ -459,6 +459,60 @@ fn a_job_handed_to_an_idle_worker_starts_and_renews_its_lease_at_its_pick_up() {
     assert_eq!(until - started, 50_000, "the lease renewed at the pick-up");
 }
 
+/// A finish sent again after its connection dropped, its first sending
+/// through: it left the worker idle, and a submit then woke the worker for
+/// a job handed to it, the wake lost with the connection. The finish sent
+/// again picks that job up: a worker calling has heard the wake, whatever
+/// its call says. (Left idle as well as woken, the worker was woken again
+/// by the next submit, which failed on the woken line's key: the drops
+/// test, 1 run in 4.)
+#[test]
+fn a_finish_sent_again_after_a_wake_lost_with_its_connection_picks_up_the_job_handed() {
+    let _turn = one_at_a_time();
+    let Some(cluster) = cluster() else { return };
+    let mut c = fair_queue(&cluster.url, "again");
+    let submit = |c: &mut postgres::Client, id: i64| -> bool {
+        c.query_one("SELECT ok FROM noisylab_submit($1, 1, 1)", &[&id])
+            .unwrap()
+            .get(0)
+    };
+    // Worker 1, alive and idle, a lease of 10 s; job 0 handed to it and
+    // picked up.
+    c.batch_execute("SELECT noisylab_ready(1); SELECT noisylab_lease(10000000)")
+        .unwrap();
+    let idle: Option<i64> = c
+        .query_one("SELECT job FROM noisylab_take(1, false)", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(idle, None);
+    assert!(submit(&mut c, 0));
+    let row = c
+        .query_one("SELECT job, lease FROM noisylab_take(1, true)", &[])
+        .unwrap();
+    let (job, lease): (Option<i64>, Option<i64>) = (row.get(0), row.get(1));
+    assert_eq!(job, Some(0));
+    let finish = "SELECT job FROM noisylab_finish(1, 0, 1, $1)";
+    // Its finish goes through (the worker idle), its answer lost; job 1 is
+    // handed to it, the wake lost too; the finish is sent again.
+    let next: Option<i64> = c.query_one(finish, &[&lease]).unwrap().get(0);
+    assert_eq!(next, None);
+    assert!(submit(&mut c, 1));
+    let next: Option<i64> = c.query_one(finish, &[&lease]).unwrap().get(0);
+    assert_eq!(next, Some(1), "the job handed to it");
+    // No worker idle or woken: the next job waits for one.
+    assert!(submit(&mut c, 2));
+    let lines: (i64, i64) = {
+        let r = c
+            .query_one(
+                "SELECT (SELECT count(*) FROM idle), (SELECT count(*) FROM woken)",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(lines, (0, 0), "(idle, woken)");
+}
+
 #[test]
 fn a_finish_while_a_handed_job_waits_for_its_worker_runs_that_job_and_keeps_the_tenant_s_order() {
     let _turn = one_at_a_time();
