@@ -464,8 +464,8 @@ fn a_job_handed_to_an_idle_worker_starts_and_renews_its_lease_at_its_pick_up() {
 /// a job handed to it, the wake lost with the connection. The finish sent
 /// again picks that job up: a worker calling has heard the wake, whatever
 /// its call says. (Left idle as well as woken, the worker was woken again
-/// by the next submit, which failed on the woken line's key: the drops
-/// test, 1 run in 4.)
+/// by the next submit, which failed on the woken line's key, as the
+/// connections-dropped-twice test did.)
 #[test]
 fn a_finish_sent_again_after_a_wake_lost_with_its_connection_picks_up_the_job_handed() {
     let _turn = one_at_a_time();
