@@ -109,6 +109,7 @@ async fn measure_dispatch(jobs: u32) -> Percentiles {
         sample_ns: 1_000_000_000,
         traffic_ns: u64::from(jobs) * 1_000_000,
         model_overshoot_ns: 0,
+        jitter: None,
         reserve: None,
         by_key: false,
         faults: None,

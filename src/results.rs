@@ -508,6 +508,13 @@ pub struct RawHistograms {
     pub job_overshoot_ns: String,
     pub dispatch_floor_ns: String,
     pub arrival_lag_ns: String,
+    /// The loop's wakes' lateness and the time between two events of one
+    /// wake, as its clock measured them (absent where nothing measured
+    /// them: the virtual clock, a queue server, a file written before).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub wake_late_ns: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub event_gap_ns: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -321,7 +321,10 @@ impl Backend for InProcess {
         let mut sched = scheduler(scenario, strategy, &plan);
         let (jobs, stats, late) = match self {
             InProcess::Virtual => {
-                let mut clock = VirtualClock::new();
+                let mut clock = pool
+                    .jitter
+                    .as_ref()
+                    .map_or_else(VirtualClock::new, VirtualClock::jittered);
                 let (jobs, stats) =
                     block_on_ready(engine::run(&mut clock, pool, &mut sched, plan, seed, stop))?;
                 (jobs, stats, None)

@@ -50,7 +50,7 @@ pub enum Command {
     /// Several results files side by side with the post's figures.
     Compare(CompareOpts),
     /// Judge a results file: against the model on the same seeds (the verdict:
-    /// exit 1 if a figure is outside its tolerance), then against the post's
+    /// exit 1 if a figure is outside its band), then against the post's
     /// figures and claims.
     Validate(ValidateOpts),
     /// Measure this machine's timer overshoot and dispatch floor.

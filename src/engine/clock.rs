@@ -5,6 +5,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use super::Nanos;
+use super::jitter::{ClockTiming, Jitter, Jittered};
 use super::lateness::{Late, LateLog, Lateness, Wake};
 use crate::machine::ThreadProbe;
 
@@ -25,19 +26,35 @@ pub trait Clock {
     /// Every event due at the wake has been handled.
     #[inline]
     fn settle(&mut self) {}
+    /// What the clock measured of its own wakes and events (empty where it
+    /// measures nothing: the plain virtual clock).
+    fn timing(&mut self) -> ClockTiming {
+        ClockTiming::default()
+    }
 }
 
 /// A clock that jumps straight to the next event: runs are deterministic for
 /// a seed and keep every instant to the nanosecond (tokio's paused clock would
-/// round timers up to whole milliseconds).
+/// round timers up to whole milliseconds). A jittered one (see the
+/// [`jitter`](super::jitter) module) lets each wake go a drawn time after its
+/// instant and each event take a drawn time, as a machine's loop does.
 #[derive(Debug, Default)]
 pub struct VirtualClock {
     now: Nanos,
+    jitter: Option<Jittered>,
 }
 
 impl VirtualClock {
     pub fn new() -> VirtualClock {
-        VirtualClock { now: 0 }
+        VirtualClock::default()
+    }
+
+    /// A clock whose wakes and events take times drawn from `jitter`.
+    pub fn jittered(jitter: &Jitter) -> VirtualClock {
+        VirtualClock {
+            now: 0,
+            jitter: Some(Jittered::new(jitter)),
+        }
     }
 }
 
@@ -49,13 +66,32 @@ impl Clock for VirtualClock {
 
     #[inline]
     fn sleep_until(&mut self, t: Nanos) -> impl Future<Output = ()> {
-        self.now = self.now.max(t);
+        // A wake for an instant already past does not sleep: no lateness.
+        let late = match &mut self.jitter {
+            Some(j) if t > self.now => j.wake(),
+            _ => 0,
+        };
+        self.now = self.now.max(t) + late;
         std::future::ready(())
     }
 
     #[inline]
     fn model_overshoot(&self, pool: &super::Pool) -> Nanos {
         pool.model_overshoot_ns
+    }
+
+    #[inline]
+    fn handled(&mut self, _due: Nanos, _now: Nanos, _kind: Late) {
+        if let Some(j) = &mut self.jitter {
+            self.now += j.event();
+        }
+    }
+
+    fn timing(&mut self) -> ClockTiming {
+        self.jitter
+            .as_mut()
+            .map(|j| std::mem::take(&mut j.timing))
+            .unwrap_or_default()
     }
 }
 
@@ -113,6 +149,10 @@ pub struct RealClock {
     /// The wake being handled, and the late events so far.
     wake: Wake,
     late: LateLog,
+    /// Its wakes' lateness and its events' handling times, and when the
+    /// last event of this wake was handled.
+    timing: ClockTiming,
+    last_handled: Option<Nanos>,
 }
 
 /// The counters are read after an OS sleep only with at least this much
@@ -135,6 +175,8 @@ impl RealClock {
             probe: ThreadProbe::open(),
             wake: Wake::default(),
             late: LateLog::new(),
+            timing: ClockTiming::default(),
+            last_handled: None,
         }
     }
 
@@ -158,6 +200,8 @@ impl Clock for RealClock {
 
     async fn sleep_until(&mut self, t: Nanos) {
         let target = self.origin + Duration::from_nanos(t);
+        let sleeps = t > self.now();
+        self.last_handled = None;
         self.wake = Wake {
             target: t,
             before: if t > self.now() { self.sample() } else { None },
@@ -181,6 +225,9 @@ impl Clock for RealClock {
             std::hint::spin_loop();
         }
         self.wake.woke = self.now();
+        if sleeps {
+            crate::stats::record(&mut self.timing.wake_late, self.wake.woke.saturating_sub(t));
+        }
     }
 
     #[inline]
@@ -191,6 +238,13 @@ impl Clock for RealClock {
     #[inline]
     fn handled(&mut self, due: Nanos, now: Nanos, kind: Late) {
         self.late.handled(due, now, kind);
+        if let Some(last) = self.last_handled.replace(now) {
+            crate::stats::record(&mut self.timing.event_gap, now.saturating_sub(last));
+        }
+    }
+
+    fn timing(&mut self) -> ClockTiming {
+        std::mem::take(&mut self.timing)
     }
 
     fn settle(&mut self) {

@@ -14,6 +14,7 @@
 pub mod clients;
 pub mod clock;
 pub mod faults;
+pub mod jitter;
 pub mod lateness;
 pub mod limiter;
 pub mod load;
@@ -93,6 +94,7 @@ pub async fn run<C: Clock, S: Scheduler>(
             samples: Vec::new(),
             end: 0,
             faults: None,
+            timing: jitter::ClockTiming::default(),
         },
         faults,
     };
@@ -515,6 +517,7 @@ impl<C: Clock, S: Scheduler> Engine<'_, C, S> {
             self.occupancy.idle_worker_ns_in_traffic;
         self.stats.samples = std::mem::take(&mut self.occupancy.samples);
         self.stats.faults = self.faults.take().map(|f| f.tally);
+        self.stats.timing = self.clock.timing();
         if let Some(c) = &self.clients {
             self.stats.provider_saturated_ns = c.saturated.total;
             self.stats.provider_saturated_ns_by_class =

@@ -79,6 +79,7 @@ pub fn stats_from_records(
         samples: occupancy.samples,
         end,
         faults: None,
+        timing: super::jitter::ClockTiming::default(),
     }
 }
 

@@ -123,6 +123,10 @@ pub struct Pool {
     /// measured overshoot, so the model predicts what that machine measures
     /// (0 for the model itself). The real clock ignores it.
     pub model_overshoot_ns: Nanos,
+    /// On the virtual clock: each wake and each event takes a time drawn
+    /// from a machine's measured ones (`None`: the model itself, every
+    /// event at its instant). The real clock ignores it.
+    pub jitter: Option<super::jitter::Jitter>,
     /// With lending: a tenant at its cap may start a job while more than
     /// this many workers are idle.
     pub reserve: Option<u32>,
@@ -191,6 +195,9 @@ pub struct RunStats {
     /// What simulated faults did (`None`: the run had none, or ran on a
     /// server, whose records say it).
     pub faults: Option<faults::FaultTally>,
+    /// The loop's own wakes and events, as its clock measured them (empty
+    /// on the plain virtual clock and on a server).
+    pub timing: super::jitter::ClockTiming,
 }
 
 /// The run was stopped from outside (Ctrl-C) before it finished.

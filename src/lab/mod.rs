@@ -70,6 +70,7 @@ pub fn pool_for(scenario: &Scenario, strategy: &Strategy) -> Pool {
         sample_ns: SAMPLE_NS,
         traffic_ns: load::secs_to_ns(scenario.traffic_s),
         model_overshoot_ns: 0,
+        jitter: None,
         reserve: strategy.reserve,
         by_key: population.by_key(strategy),
         traffic: limits::traffic_plan(scenario, strategy),

@@ -356,6 +356,15 @@ fn sig4(v: f64) -> f32 {
     ((v * scale).round() / scale) as f32
 }
 
+/// A histogram the clock filled, encoded; empty where it measured nothing.
+fn encode_measured(h: &Histogram<u64>) -> String {
+    if h.is_empty() {
+        String::new()
+    } else {
+        encode_histogram(h)
+    }
+}
+
 fn raw_run(
     m: &Measured,
     pool: &Pool,
@@ -370,6 +379,8 @@ fn raw_run(
             job_overshoot_ns: encode_histogram(&m.overshoot),
             dispatch_floor_ns: encode_histogram(&stats.dispatch_floor),
             arrival_lag_ns: encode_histogram(&m.lag),
+            wake_late_ns: encode_measured(&stats.timing.wake_late),
+            event_gap_ns: encode_measured(&stats.timing.event_gap),
         },
         normal_waits: normal_wait_trace(jobs, pool.normal_tenants),
         occupancy: OccupancyTrace {

@@ -121,30 +121,14 @@ pub fn render_model(v: &ModelVerdict, results: &LabResults, style: TableStyle) -
     let mut out = String::new();
     let _ = writeln!(out, "{}\n", verdict_line(v, results));
     let _ = writeln!(out, "{}", per_strategy(v, style));
-    let ill: Vec<&FigureCheck> = v.checks.iter().filter(|c| c.ill_conditioned()).collect();
-    if !ill.is_empty() {
-        let mut names: Vec<String> = Vec::new();
-        for c in &ill {
-            let name = format!("{}: {}", c.strategy, c.figure);
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-        let _ = writeln!(
-            out,
-            "\nIll-conditioned ({} of the figures): the model's own replicas, each job's overshoot drawn from the run's, spread wider than the tolerance, so these move with the harness's microseconds and are judged against that spread: {}.",
-            ill.len(),
-            names.join("; ")
-        );
-    }
     if !failed.is_empty() {
         let mut t = Table::new();
         t.load_style(style);
         t.set_header(vec![
-            "Outside tolerance",
+            "Outside the band",
             "Seed",
             "Machine",
-            "Model (replicas)",
+            "Model (band)",
             "Off by",
             "Allowed ±",
         ]);
@@ -172,7 +156,7 @@ fn per_strategy(v: &ModelVerdict, style: TableStyle) -> Table {
         "Figures within",
         "Closest call (seed)",
         "Machine",
-        "Model (replicas)",
+        "Model (band)",
         "Allowed ±",
     ]);
     let mut names: Vec<&str> = Vec::new();
@@ -202,7 +186,12 @@ fn per_strategy(v: &ModelVerdict, style: TableStyle) -> Table {
     table
 }
 
-/// The model's figure, with its replicas' range where they spread.
+/// "99 % band": the level the lab's figures are judged at together.
+fn band_name(v: &ModelVerdict) -> String {
+    format!("{} band", crate::units::pct(v.level))
+}
+
+/// The model's figure, with its band where it has one.
 fn model_shown(c: &FigureCheck) -> String {
     if c.model_hi > c.model_lo {
         format!(
@@ -261,8 +250,10 @@ pub fn verdict_line(v: &ModelVerdict, results: &LabResults) -> String {
             .as_ref()
             .map_or_else(String::new, |l| format!("; {}", late_jobs(l)));
         return format!(
-            "this machine reproduces the model: {held} of {all} figures of {} runs within tolerance of the model on the same seeds{tail}.",
-            runs(v)
+            "this machine reproduces the model: {held} of {all} figures of {} runs inside the model's {} of {} replicas on the same seeds{tail}.",
+            runs(v),
+            band_name(v),
+            v.replicas
         );
     }
     let mut line = format!(

@@ -2,6 +2,8 @@
 //! compare's verdict across files, on the committed real-clock lab (healthy)
 //! and copies of it doctored in one figure.
 
+mod verdict;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -38,11 +40,11 @@ fn strategy<'a>(v: &'a mut Value, name: &str) -> &'a mut Value {
         .unwrap()
 }
 
-/// The first cells of the "Outside tolerance" table's rows.
+/// The first cells of the "Outside the band" table's rows.
 fn outside_rows(stdout: &str) -> Vec<String> {
     stdout
         .lines()
-        .skip_while(|l| !l.contains("Outside tolerance"))
+        .skip_while(|l| !l.contains("Outside the band"))
         .skip(1)
         .take_while(|l| !l.starts_with('└'))
         .filter(|l| l.starts_with('│'))

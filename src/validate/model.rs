@@ -1,22 +1,29 @@
 //! Real against virtual on the same seeds: does this machine reproduce the
-//! model?
+//! model? A statistical test with a stated level.
 //!
 //! For every run of a real-clock results file, the scenario is run again on
-//! the virtual clock with the run's seed, twice: exactly, and with each job
-//! held its duration plus the run's own measured mean overshoot (so ties
-//! between an arrival and a completion break the way they broke on the
-//! machine; see docs/validation.md). Makespans are judged
-//! against the exact model within [`MAKESPAN_CLOSE`], so a machine whose
-//! timers run late fails them; counts exactly, and waits within a tolerance
-//! built from the run's own measured harness error, against the model of
-//! this machine's overshoot. On a real queue (a results file with a
-//! `backend`) makespans too are judged against the model with the run's
-//! measured overshoot: there every job's hold includes the queue's finish
-//! and take, an overhead the backend adds by design, which the model must
-//! carry to say whether the rest of the run is the model's.
+//! the virtual clock with the run's seed: exactly, and [`REPLICAS`] times
+//! with the machine's own timing drawn: each wake of the loop let go a
+//! lateness drawn from the run's measured wakes and each event handled in
+//! a time drawn from its measured events ([`crate::engine::jitter`]), so
+//! events due within one wake's lateness are handled together, as they
+//! were on the machine. Each figure (waits, counts) is judged against its
+//! replicas' prediction band ([`band`]) at the level that holds every
+//! figure of the lab together at [`LEVEL`]: a machine that is the model,
+//! its timing included, passes at least that often (measured by
+//! simulation in `src/tests/verdict.rs`; see docs/validation.md).
+//! Makespans are judged against the exact model within [`MAKESPAN_CLOSE`],
+//! so a machine whose timers run late fails them. On a real queue (a
+//! results file with a `backend`) each replica draws every job's hold from
+//! the run's measured ones instead, and makespans are judged against those
+//! replicas too: there every hold includes the queue's finish and take, an
+//! overhead the backend adds by design, which the model must carry to say
+//! whether the rest of the run is the model's.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use crate::engine::jitter::{Draws, Jitter};
 use crate::engine::lateness::{Cause, Lateness};
 use crate::lab::{self, summary};
 use crate::results::{Figures, LabResults, RunResult, StrategyResults};
@@ -51,11 +58,14 @@ pub struct FigureCheck {
     pub rule: Rule,
     pub machine: f64,
     pub model: f64,
-    /// The range the model's replicas give (both `model` where there are
-    /// none, or for counts and makespans).
+    /// The model's band: where its replicas put this figure at the
+    /// verdict's level (both `model` where there are none, and for
+    /// makespans on the engine).
     pub model_lo: f64,
     pub model_hi: f64,
-    /// The largest distance allowed from that range, in the figure's unit.
+    /// The largest distance allowed from that band, in the figure's unit:
+    /// what the model does not simulate (the harness's dispatch), or the
+    /// makespan's 0.1 %.
     pub tolerance: f64,
 }
 
@@ -75,12 +85,6 @@ impl FigureCheck {
         } else {
             0.0
         }
-    }
-
-    /// The model's own range is wider than the tolerance: the figure moves
-    /// with the harness's microseconds (the fair queue's median, by ties).
-    pub fn ill_conditioned(&self) -> bool {
-        self.model_hi - self.model_lo > self.tolerance
     }
 
     /// The figure's unit, from its key.
@@ -105,9 +109,23 @@ pub struct ModelVerdict {
     /// Each run's late jobs and arrivals by cause, by (strategy, seed):
     /// runs that measured them.
     pub late: BTreeMap<(String, u64), Lateness>,
+    /// The level the lab's figures are judged at together, and the
+    /// replicas of each run their bands come from.
+    pub level: f64,
+    pub replicas: u64,
 }
 
 impl ModelVerdict {
+    fn not_run(why: &str) -> ModelVerdict {
+        ModelVerdict {
+            checks: Vec::new(),
+            not_run: Some(why.into()),
+            late: BTreeMap::new(),
+            level: LEVEL,
+            replicas: REPLICAS,
+        }
+    }
+
     pub fn failed(&self) -> Vec<&FigureCheck> {
         self.checks.iter().filter(|c| !c.holds()).collect()
     }
@@ -204,11 +222,7 @@ pub fn harness_error_ms(f: &Figures) -> f64 {
 
 pub fn against_model(results: &LabResults) -> ModelVerdict {
     if results.real.is_none() {
-        return ModelVerdict {
-            checks: Vec::new(),
-            not_run: Some("a virtual-clock file is the model itself".into()),
-            late: BTreeMap::new(),
-        };
+        return ModelVerdict::not_run("a virtual-clock file is the model itself");
     }
     if results
         .scenario
@@ -216,52 +230,138 @@ pub fn against_model(results: &LabResults) -> ModelVerdict {
         .iter()
         .any(|t| t.data.rows.is_empty())
     {
-        return ModelVerdict {
-            checks: Vec::new(),
-            not_run: Some(
-                "the scenario replays a trace whose rows are not in the results file".into(),
-            ),
-            late: BTreeMap::new(),
-        };
+        return ModelVerdict::not_run(
+            "the scenario replays a trace whose rows are not in the results file",
+        );
     }
-    let mut checks = Vec::new();
-    let mut late = BTreeMap::new();
-    let scenario = &as_run(results);
+    let scenario = as_run(results);
+    let runs = results.strategies.iter().flat_map(|s| {
+        let def = definition(&scenario, s);
+        s.runs.iter().map(move |run| (def.clone(), run))
+    });
+    let mut verdict = judge(&scenario, runs, results.backend.is_some());
     for s in &results.strategies {
-        let def = definition(scenario, s);
         for run in &s.runs {
             if let Some(l) = &run.late {
-                late.insert((s.name.clone(), run.seed), l.clone());
+                verdict.late.insert((s.name.clone(), run.seed), l.clone());
             }
-            let cdf = overshoot_distribution(run);
-            let machine = predict(scenario, &def, run, modelled_overshoot_ns(run));
-            // On a real queue every round pays a finish-and-take round trip:
-            // an overhead of the queue, measured in the job's hold, not a late
-            // timer. Its makespans are judged with it.
-            let queue = results.backend.is_some();
-            let exact = if queue {
-                machine.clone()
-            } else {
-                predict(scenario, &def, run, 0)
-            };
-            let model = Model {
-                queue,
-                exact,
-                machine,
-                replicas: cdf.map_or_else(Vec::new, |cdf| {
-                    (0..REPLICAS)
-                        .map(|k| predict_sampled(scenario, &def, run, &cdf, k))
-                        .collect()
-                }),
-            };
-            checks.extend(compare_run(s, run, &model));
         }
     }
-    ModelVerdict {
-        checks,
-        not_run: None,
-        late,
+    verdict
+}
+
+/// The verdict on a machine's runs of `scenario` (each with the strategy it
+/// ran; `queue`: on a queue server): every figure against its band, each at
+/// the level that holds the runs' figures together at [`LEVEL`]
+/// (Bonferroni: the figures of a run move together, which only makes the
+/// level higher).
+pub fn judge<'a>(
+    scenario: &Scenario,
+    runs: impl IntoIterator<Item = (Strategy, &'a RunResult)>,
+    queue: bool,
+) -> ModelVerdict {
+    let mut pending = Vec::new();
+    for (def, run) in runs {
+        let model = model_of(scenario, &def, run, queue);
+        pending.extend(compare_run(&def.name, run, &model));
     }
+    let alpha = (1.0 - LEVEL) / pending.len().max(1) as f64;
+    ModelVerdict {
+        checks: pending.into_iter().map(|p| p.banded(alpha)).collect(),
+        not_run: None,
+        late: BTreeMap::new(),
+        level: LEVEL,
+        replicas: REPLICAS,
+    }
+}
+
+/// The model's predictions for one run: exact, with the run's mean
+/// overshoot on every job, and its [`REPLICAS`]: on the engine each with the
+/// run's own wake lateness and event handling drawn wake by wake and event
+/// by event; on a queue each job's hold drawn from the run's (where the
+/// queue's finish and take are).
+fn model_of(scenario: &Scenario, def: &Strategy, run: &RunResult, queue: bool) -> Model {
+    let machine = predict(scenario, def, run, modelled_overshoot_ns(run));
+    let exact = if queue {
+        machine.clone()
+    } else {
+        predict(scenario, def, run, 0)
+    };
+    let sampled_holds = || {
+        overshoot_distribution(run).map_or_else(Vec::new, |cdf| {
+            (0..REPLICAS)
+                .map(|k| predict_sampled(scenario, def, run, &cdf, k))
+                .collect()
+        })
+    };
+    let draws = loop_draws(run).filter(|_| !queue);
+    let timed = draws.is_some();
+    let replicas = match draws {
+        Some((wake, gap)) => (0..REPLICAS)
+            .map(|k| {
+                let jitter = Jitter {
+                    wake_late: wake.clone(),
+                    event_gap: gap.clone(),
+                    seed: run.seed,
+                    stream: 100 + k,
+                };
+                predict_jittered(scenario, def, run, jitter)
+            })
+            .collect(),
+        None => sampled_holds(),
+    };
+    Model {
+        queue,
+        timed,
+        exact,
+        machine,
+        replicas,
+    }
+}
+
+/// What a run's loop measured of its wakes and events, to draw from
+/// (`None`: a file without them, from a queue or from before they were
+/// measured).
+pub fn loop_draws(run: &RunResult) -> Option<(Arc<Draws>, Arc<Draws>)> {
+    let h = &run.raw.as_ref()?.histograms;
+    let draws = |encoded: &str| {
+        decode_histogram(encoded)
+            .ok()
+            .and_then(|h| Draws::of(&h))
+            .map(Arc::new)
+    };
+    Some((draws(&h.wake_late_ns)?, draws(&h.event_gap_ns)?))
+}
+
+/// A machine whose loop times its wakes and events as `jitter` draws them,
+/// simulated: the run it would save, distributions included. The verdict's
+/// level and power are measured on such machines (see docs/validation.md).
+pub fn simulated_machine(
+    scenario: &Scenario,
+    def: &Strategy,
+    seed: u64,
+    jitter: Jitter,
+) -> RunResult {
+    let mut pool = lab::pool_for(scenario, def);
+    pool.jitter = Some(jitter);
+    let record = lab::Model::new(scenario, def, seed).on(pool.clone()).run();
+    summary::run(scenario, def, &pool, seed, &record, true)
+}
+
+/// The model on a clock that draws each wake's lateness and each event's
+/// handling time from `jitter`.
+pub fn predict_jittered(
+    scenario: &Scenario,
+    def: &Strategy,
+    run: &RunResult,
+    jitter: Jitter,
+) -> Figures {
+    let mut pool = model_pool(scenario, def, run);
+    pool.jitter = Some(jitter);
+    let record = lab::Model::new(scenario, def, run.seed)
+        .on(pool.clone())
+        .run();
+    summary::run(scenario, def, &pool, run.seed, &record, false).figures
 }
 
 /// The scenario as it ran: with the worker processes the server's lab
@@ -316,21 +416,28 @@ pub fn modelled_overshoot_ns(run: &RunResult) -> u64 {
     ns.round().max(0.0) as u64
 }
 
-/// Replicas of the model with every job's overshoot drawn from the run's
-/// own measured distribution: how much a figure moves with the harness's
-/// microseconds.
-pub const REPLICAS: u64 = 8;
+/// Replicas of the model for each run: on the engine with the run's own
+/// wakes and events drawn (see [`crate::engine::jitter`]), on a queue with
+/// every job's hold drawn from the run's: how much a figure moves with the
+/// harness's microseconds.
+pub const REPLICAS: u64 = 40;
+
+/// The verdict's level: a machine that is the model, its own timing
+/// included, has every figure of a lab inside its band at least this often.
+pub const LEVEL: f64 = 0.99;
 
 /// The model's predictions for a run: exact (what a perfect machine
-/// measures: makespans are judged against it, so a machine whose timers
-/// run late fails them), with the run's mean overshoot on every job, and
-/// [`REPLICAS`] runs with each job's overshoot drawn from the run's own
-/// distribution (what this machine should measure: waits and counts are
-/// judged against the range of these).
+/// measures: makespans on the engine are judged against it, so a machine
+/// whose timers run late fails them), with the run's mean overshoot on
+/// every job, and [`REPLICAS`] runs of this machine's timing (waits and
+/// counts, and on a queue makespans, are judged against their band).
 pub struct Model {
     /// The run was on a real queue: makespans are judged with its measured
     /// costs (see the module's doc).
     pub queue: bool,
+    /// The replicas drew the loop's own wakes and events; else (a queue, or
+    /// a file without them) each job's hold from the run's.
+    pub timed: bool,
     pub exact: Figures,
     pub machine: Figures,
     pub replicas: Vec<Figures>,
@@ -419,6 +526,10 @@ fn queue_start_s(f: &Figures) -> f64 {
     f.arrival_lag_ms.p99 / 1e3 + f.dispatch_floor_us.p99 / 1e6
 }
 
+/// Figures read from a histogram of three significant figures are exact to
+/// this share.
+pub const HISTOGRAM_RESOLUTION: f64 = 0.001;
+
 /// The figures compared for every run, and how; each class adds its own.
 const CHECKED: [(&str, Rule); 8] = [
     ("rejected", Rule::Exact),
@@ -431,59 +542,118 @@ const CHECKED: [(&str, Rule); 8] = [
     ("normal_wait_ms.max", Rule::Wait),
 ];
 
-fn compare_run(s: &StrategyResults, run: &RunResult, both: &Model) -> Vec<FigureCheck> {
+/// A figure with its replicas' values, waiting for the lab's level.
+struct Pending {
+    check: FigureCheck,
+    /// The replicas' values (empty: the run saved no distributions).
+    values: Vec<f64>,
+    /// Waits are judged on a log scale shifted by this (ms): positive,
+    /// skewed, and bounded below by the harness's own dispatch.
+    log_floor: Option<f64>,
+}
+
+impl Pending {
+    fn banded(mut self, alpha: f64) -> FigureCheck {
+        if self.values.is_empty() {
+            return self.check;
+        }
+        let (lo, hi) = band(&self.values, alpha, self.log_floor);
+        let c = &mut self.check;
+        c.model_lo = c.model_lo.min(lo);
+        c.model_hi = c.model_hi.max(hi);
+        c.model = c.model.clamp(c.model_lo, c.model_hi);
+        self.check
+    }
+}
+
+/// Where a further run of the replicas' model falls with probability
+/// `1 − alpha`: Student's t prediction interval of the replicas' values (of
+/// `ln(v + floor)` where a floor is given), widened to hold every replica.
+pub fn band(values: &[f64], alpha: f64, log_floor: Option<f64>) -> (f64, f64) {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let n = values.len();
+    if n < 3 || lo == hi {
+        return (lo, hi);
+    }
+    let to = |v: f64| log_floor.map_or(v, |f| (v.max(0.0) + f).ln());
+    let from = |y: f64| log_floor.map_or(y, |f| y.exp() - f);
+    let ys: Vec<f64> = values.iter().map(|&v| to(v)).collect();
+    let mean = ys.iter().sum::<f64>() / n as f64;
+    let var = ys.iter().map(|y| (y - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let t = StudentsT::new(0.0, 1.0, (n - 1) as f64)
+        .expect("n − 1 ≥ 2 degrees of freedom")
+        .inverse_cdf(1.0 - alpha / 2.0);
+    let half = t * (var * (1.0 + 1.0 / n as f64)).sqrt();
+    (from(mean - half).min(lo), from(mean + half).max(hi))
+}
+
+fn compare_run(strategy: &str, run: &RunResult, both: &Model) -> Vec<Pending> {
     let values = |f: &Figures| -> BTreeMap<String, f64> { figure_values(f).into_iter().collect() };
-    let (real, exact, model) = (
+    let (real, exact, machine) = (
         values(&run.figures),
         values(&both.exact),
         values(&both.machine),
     );
     let replicas: Vec<BTreeMap<String, f64>> = both.replicas.iter().map(values).collect();
-    let error = harness_error_ms(&run.figures);
+    let f = &run.figures;
+    let error = harness_error_ms(f);
     let mut keys: Vec<(String, Rule)> = CHECKED.iter().map(|(k, r)| (k.to_string(), *r)).collect();
-    for class in run.figures.classes.keys() {
+    for class in f.classes.keys() {
         keys.push((format!("classes.{class}.jobs"), Rule::Exact));
         keys.push((format!("classes.{class}.rejected"), Rule::Exact));
         keys.push((format!("classes.{class}.wait_ms.p95"), Rule::Wait));
     }
     keys.into_iter()
         .filter_map(|(figure, rule)| {
-            let machine = *real.get(&figure)?;
-            // Makespans against the exact model; the rest against this machine's.
-            let predicted = *if rule == Rule::Makespan {
-                &exact
-            } else {
-                &model
-            }
-            .get(&figure)?;
+            let measured = *real.get(&figure)?;
+            let spread: Vec<f64> = replicas
+                .iter()
+                .filter_map(|r| r.get(&figure).copied())
+                .collect();
+            // On the engine makespans are judged against the exact model (a
+            // machine whose timers run late fails them); on a queue, and for
+            // everything else, against the replicas of this machine's.
+            let banded = !spread.is_empty() && (rule != Rule::Makespan || both.queue);
+            let predicted = match rule {
+                Rule::Makespan => *exact.get(&figure)?,
+                _ if banded && both.timed => {
+                    let mut sorted = spread.clone();
+                    sorted.sort_by(f64::total_cmp);
+                    crate::stats::median(&sorted)
+                }
+                _ => *machine.get(&figure)?,
+            };
             let tolerance = match rule {
                 Rule::Exact => 0.0,
                 // On a queue a makespan also starts after an arrival's lag
                 // and a woken worker's first take, once a chain.
-                Rule::Makespan if both.queue => {
-                    predicted.abs() * MAKESPAN_CLOSE + queue_start_s(&run.figures)
-                }
+                Rule::Makespan if both.queue => predicted.abs() * MAKESPAN_CLOSE + queue_start_s(f),
                 Rule::Makespan => predicted.abs() * MAKESPAN_CLOSE,
+                // The model starts a job on an idle worker at once, the
+                // harness after its dispatch: any job by up to the longest.
+                // Both figures are read from histograms to 0.1 %.
+                Rule::Wait if both.timed => {
+                    f.dispatch_floor_us.max / 1e3 + HISTOGRAM_RESOLUTION * measured.abs()
+                }
+                // Replicas of each job's hold alone: the harness's error.
                 Rule::Wait => WAIT_ERRORS * error + WAIT_CLOSE * predicted.abs(),
             };
-            // Waits (and on a queue makespans): the range of the model and
-            // its sampled-overshoot replicas.
-            let spread = replicas
-                .iter()
-                .filter_map(|r| r.get(&figure))
-                .filter(|_| rule == Rule::Wait || (both.queue && rule == Rule::Makespan));
-            let lo = spread.clone().fold(predicted, |a, &b| a.min(b));
-            let hi = spread.fold(predicted, |a, &b| a.max(b));
-            Some(FigureCheck {
-                strategy: s.name.clone(),
-                seed: run.seed,
-                figure,
-                rule,
-                machine,
-                model: predicted,
-                model_lo: lo,
-                model_hi: hi,
-                tolerance,
+            Some(Pending {
+                check: FigureCheck {
+                    strategy: strategy.to_string(),
+                    seed: run.seed,
+                    figure,
+                    rule,
+                    machine: measured,
+                    model: predicted,
+                    model_lo: predicted,
+                    model_hi: predicted,
+                    tolerance,
+                },
+                values: if banded { spread } else { Vec::new() },
+                log_floor: (rule == Rule::Wait).then(|| (f.dispatch_floor_us.p50 / 1e3).max(1e-3)),
             })
         })
         .collect()
