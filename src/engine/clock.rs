@@ -248,6 +248,11 @@ impl Clock for RealClock {
     }
 
     fn settle(&mut self) {
+        // The wake's last event: its handling ends here.
+        if let Some(last) = self.last_handled.take() {
+            let gap = self.now().saturating_sub(last);
+            crate::stats::record(&mut self.timing.event_gap, gap);
+        }
         if self.late.any_late()
             && let Some(end) = self.sample()
         {

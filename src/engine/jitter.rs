@@ -24,8 +24,9 @@ use crate::stats;
 pub struct ClockTiming {
     /// How late each wake that slept let go after the instant it slept to.
     pub wake_late: Histogram<u64>,
-    /// The time between two events handled in one wake: the first one's
-    /// handling.
+    /// Each event's handling: from when the loop read the clock for it to
+    /// when it read the clock for the next event of its wake, or ended the
+    /// wake.
     pub event_gap: Histogram<u64>,
 }
 

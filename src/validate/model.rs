@@ -526,10 +526,6 @@ fn queue_start_s(f: &Figures) -> f64 {
     f.arrival_lag_ms.p99 / 1e3 + f.dispatch_floor_us.p99 / 1e6
 }
 
-/// Figures read from a histogram of three significant figures are exact to
-/// this share.
-pub const HISTOGRAM_RESOLUTION: f64 = 0.001;
-
 /// The figures compared for every run, and how; each class adds its own.
 const CHECKED: [(&str, Rule); 8] = [
     ("rejected", Rule::Exact),
@@ -631,13 +627,10 @@ fn compare_run(strategy: &str, run: &RunResult, both: &Model) -> Vec<Pending> {
                 // and a woken worker's first take, once a chain.
                 Rule::Makespan if both.queue => predicted.abs() * MAKESPAN_CLOSE + queue_start_s(f),
                 Rule::Makespan => predicted.abs() * MAKESPAN_CLOSE,
-                // The model starts a job on an idle worker at once, the
-                // harness after its dispatch: any job by up to the longest.
-                // Both figures are read from histograms to 0.1 %.
-                Rule::Wait if both.timed => {
-                    f.dispatch_floor_us.max / 1e3 + HISTOGRAM_RESOLUTION * measured.abs()
-                }
-                // Replicas of each job's hold alone: the harness's error.
+                // Waits: the harness's own error beside the band (the model
+                // starts a job on an idle worker at once, the harness after
+                // its dispatch; and on real runs the replicas do not yet
+                // reproduce every tie of the fair queue: docs/validation.md).
                 Rule::Wait => WAIT_ERRORS * error + WAIT_CLOSE * predicted.abs(),
             };
             Some(Pending {
