@@ -204,7 +204,7 @@ impl Clock for RealClock {
         self.last_handled = None;
         self.wake = Wake {
             target: t,
-            before: if t > self.now() { self.sample() } else { None },
+            before: if sleeps { self.sample() } else { None },
             ..Wake::default()
         };
         let coarse = match self.timer {

@@ -187,8 +187,8 @@ fn per_strategy(v: &ModelVerdict, style: TableStyle) -> Table {
 }
 
 /// "99 % band": the level the lab's figures are judged at together.
-fn band_name(v: &ModelVerdict) -> String {
-    format!("{} band", crate::units::pct(v.level))
+fn band_name() -> String {
+    format!("{} band", crate::units::pct(crate::validate::model::LEVEL))
 }
 
 /// The model's figure, with its band where it has one.
@@ -252,8 +252,8 @@ pub fn verdict_line(v: &ModelVerdict, results: &LabResults) -> String {
         return format!(
             "this machine reproduces the model: {held} of {all} figures of {} runs inside the model's {} of {} replicas on the same seeds{tail}.",
             runs(v),
-            band_name(v),
-            v.replicas
+            band_name(),
+            crate::validate::model::REPLICAS
         );
     }
     let mut line = format!(

@@ -122,17 +122,23 @@ fn a_quiet_machine_reproduces_the_model_at_the_stated_level() {
     }
 }
 
+/// Of 40 fair-queue machines whose wakes are drawn from `wake`, how many
+/// fail on a makespan; at least `at_least` must.
+fn fail_on_makespans(label: &str, wake: &Arc<Draws>, at_least: u64) {
+    let gap = measured(2, quiet_gap);
+    let (pass, makespans) = passes("Fair queue, no cap", "Fair queue, no cap", 40, wake, &gap);
+    eprintln!("{label}: {pass} of 40 pass, {makespans} fail on a makespan");
+    assert!(
+        makespans >= at_least,
+        "{label}: only {makespans} of 40 fail on a makespan"
+    );
+}
+
 #[test]
 fn a_machine_whose_timer_wakes_late_fails_on_its_makespans() {
     // tokio's timer alone: a wake rounded up to the next millisecond tick.
     let late = measured(3, |rng| quiet_wake(rng) + rng.random_range(0..1_000_000));
-    let gap = measured(2, quiet_gap);
-    let (pass, makespans) = passes("Fair queue, no cap", "Fair queue, no cap", 40, &late, &gap);
-    eprintln!("late timer: {pass} of 40 pass, {makespans} fail on a makespan");
-    assert!(
-        makespans >= 38,
-        "late timer: only {makespans} of 40 fail on a makespan"
-    );
+    fail_on_makespans("late timer", &late, 38);
 }
 
 /// A wake that waits `stall` for the CPU one time in `every`.
@@ -150,25 +156,17 @@ fn hogged(seed: u64, every: u32, stall: std::ops::Range<Nanos>) -> Arc<Draws> {
 #[test]
 fn a_machine_with_a_cpu_hog_on_the_lab_s_core_fails_on_its_makespans() {
     // Every other wake waits up to a 4 ms time slice of the hog's.
-    let (wake, gap) = (hogged(4, 2, 0..4_000_000), measured(2, quiet_gap));
-    let (pass, makespans) = passes("Fair queue, no cap", "Fair queue, no cap", 40, &wake, &gap);
-    eprintln!("CPU hog on the core: {pass} of 40 pass, {makespans} fail on a makespan");
-    assert!(
-        makespans >= 38,
-        "CPU hog: only {makespans} of 40 fail on a makespan"
-    );
+    fail_on_makespans("CPU hog on the core", &hogged(4, 2, 0..4_000_000), 38);
 }
 
 #[test]
 fn a_machine_stalled_one_wake_in_twenty_mostly_fails() {
     // A milder disturbance: one wake in 20 waits 1 to 10 ms. Measured: 37
     // of these 40 machines fail on a makespan (docs/validation.md).
-    let (wake, gap) = (hogged(4, 20, 1_000_000..10_000_000), measured(2, quiet_gap));
-    let (pass, makespans) = passes("Fair queue, no cap", "Fair queue, no cap", 40, &wake, &gap);
-    eprintln!("stalled one wake in 20: {pass} of 40 pass, {makespans} fail on a makespan");
-    assert!(
-        makespans >= 36,
-        "stalled: only {makespans} of 40 fail on a makespan"
+    fail_on_makespans(
+        "stalled one wake in 20",
+        &hogged(4, 20, 1_000_000..10_000_000),
+        36,
     );
 }
 

@@ -64,8 +64,7 @@ pub struct FigureCheck {
     pub model_lo: f64,
     pub model_hi: f64,
     /// The largest distance allowed from that band, in the figure's unit:
-    /// what the model does not simulate (the harness's dispatch), or the
-    /// makespan's 0.1 %.
+    /// the makespan's 0.1 %, or for waits the run's harness error.
     pub tolerance: f64,
 }
 
@@ -109,10 +108,6 @@ pub struct ModelVerdict {
     /// Each run's late jobs and arrivals by cause, by (strategy, seed):
     /// runs that measured them.
     pub late: BTreeMap<(String, u64), Lateness>,
-    /// The level the lab's figures are judged at together, and the
-    /// replicas of each run their bands come from.
-    pub level: f64,
-    pub replicas: u64,
 }
 
 impl ModelVerdict {
@@ -121,8 +116,6 @@ impl ModelVerdict {
             checks: Vec::new(),
             not_run: Some(why.into()),
             late: BTreeMap::new(),
-            level: LEVEL,
-            replicas: REPLICAS,
         }
     }
 
@@ -270,8 +263,6 @@ pub fn judge<'a>(
         checks: pending.into_iter().map(|p| p.banded(alpha)).collect(),
         not_run: None,
         late: BTreeMap::new(),
-        level: LEVEL,
-        replicas: REPLICAS,
     }
 }
 
@@ -287,13 +278,6 @@ fn model_of(scenario: &Scenario, def: &Strategy, run: &RunResult, queue: bool) -
     } else {
         predict(scenario, def, run, 0)
     };
-    let sampled_holds = || {
-        overshoot_distribution(run).map_or_else(Vec::new, |cdf| {
-            (0..REPLICAS)
-                .map(|k| predict_sampled(scenario, def, run, &cdf, k))
-                .collect()
-        })
-    };
     let draws = loop_draws(run).filter(|_| !queue);
     let timed = draws.is_some();
     let replicas = match draws {
@@ -308,7 +292,11 @@ fn model_of(scenario: &Scenario, def: &Strategy, run: &RunResult, queue: bool) -
                 predict_jittered(scenario, def, run, jitter)
             })
             .collect(),
-        None => sampled_holds(),
+        None => overshoot_distribution(run).map_or_else(Vec::new, |overshoot| {
+            (0..REPLICAS)
+                .map(|k| predict_sampled(scenario, def, run, &overshoot, k))
+                .collect()
+        }),
     };
     Model {
         queue,
@@ -443,39 +431,28 @@ pub struct Model {
     pub replicas: Vec<Figures>,
 }
 
-/// A run's measured overshoot as a distribution to draw from: `(value ns,
-/// cumulative count)`; `None` without a saved histogram.
-fn overshoot_distribution(run: &RunResult) -> Option<Vec<(u64, u64)>> {
+/// A run's measured job overshoot as a distribution to draw from; `None`
+/// without a saved histogram.
+fn overshoot_distribution(run: &RunResult) -> Option<Draws> {
     let h = decode_histogram(&run.raw.as_ref()?.histograms.job_overshoot_ns).ok()?;
-    let mut total = 0;
-    let cdf: Vec<(u64, u64)> = h
-        .iter_recorded()
-        .map(|v| {
-            total += v.count_at_value();
-            (v.value_iterated_to(), total)
-        })
-        .collect();
-    (!cdf.is_empty()).then_some(cdf)
+    Draws::of(&h)
 }
 
-/// The model with each job's overshoot drawn from `cdf`, seeded by the run
-/// and the replica.
+/// The model with each job's overshoot drawn from `overshoot`, seeded by
+/// the run and the replica.
 fn predict_sampled(
     scenario: &Scenario,
     def: &Strategy,
     run: &RunResult,
-    cdf: &[(u64, u64)],
+    overshoot: &Draws,
     replica: u64,
 ) -> Figures {
-    use rand::{RngExt, SeedableRng};
+    use rand::SeedableRng;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(run.seed);
     rng.set_stream(100 + replica);
-    let total = cdf.last().map_or(1, |c| c.1);
     let mut plan = crate::engine::load::plan(scenario, run.seed);
     for job in &mut plan {
-        let at = rng.random_range(0..total);
-        let i = cdf.partition_point(|c| c.1 <= at);
-        job.duration += cdf[i.min(cdf.len() - 1)].0;
+        job.duration += overshoot.draw(&mut rng);
     }
     let pool = model_pool(scenario, def, run);
     let record = lab::Model::new(scenario, def, run.seed)
